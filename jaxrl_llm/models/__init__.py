@@ -1,0 +1,28 @@
+"""Llama-family decoders in Flax NNX, their loaders (GGUF, Hugging Face) and tokenizer."""
+
+from jaxrl_llm.models.config import ModelConfig, RopeScaling, tiny_config
+from jaxrl_llm.models.gguf_loader import load_gguf
+from jaxrl_llm.models.hf import load_hf_directory, save_hf
+from jaxrl_llm.models.layers import LayerKV
+from jaxrl_llm.models.registry import DEFAULT_MODEL, KNOWN_MODELS, from_pretrained, resolve_model_path
+from jaxrl_llm.models.tokenizer import Tokenizer
+from jaxrl_llm.models.transformer import KV_CACHE_LOGICAL_AXES, KVCache, Transformer, init_model
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "KNOWN_MODELS",
+    "KV_CACHE_LOGICAL_AXES",
+    "KVCache",
+    "LayerKV",
+    "ModelConfig",
+    "RopeScaling",
+    "Tokenizer",
+    "Transformer",
+    "from_pretrained",
+    "init_model",
+    "load_gguf",
+    "load_hf_directory",
+    "resolve_model_path",
+    "save_hf",
+    "tiny_config",
+]

@@ -1,0 +1,181 @@
+"""Hugging Face directories: load (config.json + safetensors + tokenizer.json) and export.
+
+`save_hf` writes what `transformers`, vLLM or llama.cpp's converter read: config.json,
+model.safetensors (float32 or bfloat16) and the tokenizer files, so a trained policy can be served
+by other engines.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+from flax import nnx
+
+from jaxrl_llm.models.config import ModelConfig, RopeScaling
+from jaxrl_llm.models.tokenizer import Tokenizer
+from jaxrl_llm.models.transformer import Transformer
+from jaxrl_llm.models.weights import assign_hf_tensors, hf_tensors
+
+_SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "smollm2")
+
+
+def config_from_hf(hf: dict[str, Any], *, dtype: str = "float32", source: str = "config.json"):
+    """Translates a Hugging Face `config.json` dict into a `ModelConfig`."""
+    model_type = hf.get("model_type")
+    if model_type not in _SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"{source}: model_type={model_type!r} is not supported; supported: "
+            f"{', '.join(_SUPPORTED_MODEL_TYPES)} (Llama-family decoders)."
+        )
+    if model_type == "llama" and hf.get("attention_bias"):
+        raise ValueError(
+            f"{source}: Llama with attention_bias=True also biases o_proj, which this model "
+            "does not implement (Qwen2-style Q/K/V bias is supported via model_type='qwen2')."
+        )
+    if hf.get("sliding_window") and hf.get("use_sliding_window"):
+        raise ValueError(f"{source}: sliding-window attention is not implemented.")
+    rope = dict(hf.get("rope_parameters") or {})  # transformers >= 5 nests rope settings here
+    scaling = hf.get("rope_scaling") or (rope if rope.get("rope_type") == "llama3" else None)
+    rope_scaling = None
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind == "llama3":
+            rope_scaling = RopeScaling(
+                factor=float(scaling["factor"]),
+                low_freq_factor=float(scaling["low_freq_factor"]),
+                high_freq_factor=float(scaling["high_freq_factor"]),
+                original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+            )
+        elif kind not in (None, "default"):
+            raise ValueError(f"{source}: rope scaling type {kind!r} is not implemented (llama3 is).")
+    eos = hf.get("eos_token_id")
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    return ModelConfig(
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        intermediate_size=hf["intermediate_size"],
+        num_layers=hf["num_hidden_layers"],
+        num_heads=hf["num_attention_heads"],
+        num_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        head_dim=hf.get("head_dim"),
+        rope_theta=float(hf.get("rope_theta", rope.get("rope_theta", 10000.0))),
+        rope_scaling=rope_scaling,
+        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        attention_bias=model_type == "qwen2",
+        max_position_embeddings=int(hf.get("max_position_embeddings", 8192)),
+        dtype=dtype,
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=eos,
+    )
+
+
+def config_to_hf(config: ModelConfig) -> dict[str, Any]:
+    """The Hugging Face `config.json` dict of a `ModelConfig` (llama, or qwen2 when biased)."""
+    model_type = "qwen2" if config.attention_bias else "llama"
+    hf: dict[str, Any] = {
+        "architectures": ["Qwen2ForCausalLM" if config.attention_bias else "LlamaForCausalLM"],
+        "model_type": model_type,
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "hidden_act": "silu",
+        "rope_theta": config.rope_theta,
+        "rms_norm_eps": config.rms_norm_eps,
+        "tie_word_embeddings": config.tie_word_embeddings,
+        "max_position_embeddings": config.max_position_embeddings,
+        "torch_dtype": config.dtype,
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": config.eos_token_id,
+    }
+    if model_type == "llama":
+        hf.update(attention_bias=False, mlp_bias=False)
+    if config.rope_scaling is not None:
+        s = config.rope_scaling
+        hf["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": s.factor,
+            "low_freq_factor": s.low_freq_factor,
+            "high_freq_factor": s.high_freq_factor,
+            "original_max_position_embeddings": s.original_max_position_embeddings,
+        }
+    return hf
+
+
+def _read_safetensors(path: str) -> dict[str, np.ndarray]:
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(
+            f"No *.safetensors file in {path!r}; a Hugging Face model directory needs "
+            "model.safetensors (or shards) next to config.json."
+        )
+    tensors: dict[str, np.ndarray] = {}
+    for file in files:
+        try:
+            # The flax framework reads bfloat16, which plain numpy cannot.
+            with safetensors.safe_open(file, framework="flax") as f:
+                for name in f.keys():
+                    tensors[name] = np.asarray(f.get_tensor(name), dtype=np.float32)
+        except Exception as e:
+            raise ValueError(f"Could not read safetensors file {file!r}: {e}") from e
+    return tensors
+
+
+def load_hf_directory(path: str, *, dtype: str = "float32") -> tuple[Transformer, Tokenizer]:
+    """Loads a Llama/Qwen2 model and its tokenizer from a Hugging Face directory."""
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        raise FileNotFoundError(f"No config.json in {path!r}: not a Hugging Face model directory.")
+    with open(config_file) as f:
+        try:
+            hf_config = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{config_file}: not valid JSON ({e}).") from e
+    config = config_from_hf(hf_config, dtype=dtype, source=config_file)
+    tensors = _read_safetensors(path)
+    if config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    assign_hf_tensors(model, tensors, source=path)
+    return model, Tokenizer.from_hf_directory(path)
+
+
+def save_hf(model: Transformer, tokenizer: Tokenizer | None, path: str, *, dtype=None) -> None:
+    """Exports `model` (and `tokenizer`) as a Hugging Face directory.
+
+    Args:
+      model: the policy.
+      tokenizer: written as tokenizer.json + tokenizer_config.json when given.
+      path: the output directory (created).
+      dtype: "float32" or "bfloat16" for the weights; defaults to the model's dtype.
+    """
+    os.makedirs(path, exist_ok=True)
+    config = model.config
+    dtype = dtype or config.dtype
+    hf_config = config_to_hf(config.replace(dtype=dtype))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(hf_config, f, indent=2)
+    tensors = hf_tensors(model)
+    if dtype == "bfloat16":
+        import ml_dtypes  # shipped with jax
+
+        tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
+    safetensors.numpy.save_file(
+        tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"}
+    )
+    generation = {"bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id}
+    with open(os.path.join(path, "generation_config.json"), "w") as f:
+        json.dump(generation, f, indent=2)
+    if tokenizer is not None:
+        tokenizer.save(path)

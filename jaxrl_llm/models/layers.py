@@ -1,0 +1,213 @@
+"""Building blocks of the Llama-family decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+
+Every parameter is an `nnx.Param` whose metadata `logical_axes` names its dimensions with the
+logical axis names below; `jaxrl_llm.sharding` maps those names to mesh axes with one rules table
+per layout (train, decode). Logical axis names:
+
+  vocab      V, the vocabulary            embed     D, the residual stream
+  heads      N, query heads               kv_heads  K, key/value heads
+  head_dim   H, per-head width            mlp       F, the SwiGLU width
+  norm       D, of a norm's scale (kept replicated by every rule set)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxrl_llm.models.config import ModelConfig, RopeScaling
+
+Array = jax.Array
+
+_INIT_STDDEV = 0.02  # GPT-2 / Llama reference init for random configs.
+
+
+def param(rngs: nnx.Rngs | None, shape, dtype, logical_axes, init: str = "normal") -> nnx.Param:
+    """Creates an `nnx.Param` tagged with `logical_axes` (one name per dimension)."""
+    assert len(shape) == len(logical_axes), (shape, logical_axes)
+    if init == "ones":
+        value = jnp.ones(shape, dtype)
+    elif init == "zeros":
+        value = jnp.zeros(shape, dtype)
+    else:
+        value = (_INIT_STDDEV * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
+    return nnx.Param(value, logical_axes=tuple(logical_axes))
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm, computed in float32 (Zhang & Sennrich 2019, arXiv:1910.07467)."""
+
+    def __init__(self, dim: int, *, eps: float, dtype):
+        self.eps = eps
+        self.scale = param(None, (dim,), dtype, ("norm",), init="ones")
+
+    def __call__(self, x: Array) -> Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (normed * self.scale.value.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -> Array:
+    """Inverse frequencies [H/2] of rotary embeddings, with optional Llama-3 scaling.
+
+    See "RoFormer" (arXiv:2104.09864) and "The Llama 3 Herd of Models" (arXiv:2407.21783).
+    """
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    if scaling is None:
+        return inv_freq
+    old_len = scaling.original_max_position_embeddings
+    low_wavelen = old_len / scaling.low_freq_factor
+    high_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    interpolated = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+    return jnp.where(
+        wavelen > low_wavelen,
+        inv_freq / scaling.factor,
+        jnp.where(wavelen < high_wavelen, inv_freq, interpolated),
+    )
+
+
+def apply_rope(x_btnh: Array, positions_bt: Array, inv_freq_h2: Array) -> Array:
+    """Rotates `x` [B, T, N, H] by its positions [B, T], in the "rotate half" layout of HF Llama.
+
+    Dimension i is paired with i + H/2 (GGUF files store the interleaved layout; the GGUF loader
+    un-permutes Q and K so this layout holds for every checkpoint).
+    """
+    angles_bth = positions_bt[..., None].astype(jnp.float32) * inv_freq_h2  # [B, T, H/2]
+    cos = jnp.cos(angles_bth)[:, :, None, :]
+    sin = jnp.sin(angles_bth)[:, :, None, :]
+    x32 = x_btnh.astype(jnp.float32)
+    first, second = jnp.split(x32, 2, axis=-1)
+    rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+    return rotated.astype(x_btnh.dtype)
+
+
+class LayerKV(NamedTuple):
+    """One layer's key/value cache: `keys`, `values` [B, S, K, H]; slot s holds position s."""
+
+    keys: Array
+    values: Array
+
+
+class Attention(nnx.Module):
+    """Grouped-query causal self-attention with RoPE and an optional KV cache.
+
+    See "GQA: Training Generalized Multi-Query Transformer Models" (arXiv:2305.13245).
+    """
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d, n, k, h = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+        dt = config.jnp_dtype
+        self.num_heads, self.num_kv_heads, self.head_dim = n, k, h
+        self.q_proj = param(rngs, (d, n, h), dt, ("embed", "heads", "head_dim"))
+        self.k_proj = param(rngs, (d, k, h), dt, ("embed", "kv_heads", "head_dim"))
+        self.v_proj = param(rngs, (d, k, h), dt, ("embed", "kv_heads", "head_dim"))
+        self.o_proj = param(rngs, (n, h, d), dt, ("heads", "head_dim", "embed"))
+        if config.attention_bias:
+            self.q_bias = param(None, (n, h), dt, ("heads", "head_dim"), init="zeros")
+            self.k_bias = param(None, (k, h), dt, ("kv_heads", "head_dim"), init="zeros")
+            self.v_bias = param(None, (k, h), dt, ("kv_heads", "head_dim"), init="zeros")
+        else:
+            self.q_bias = self.k_bias = self.v_bias = None
+
+    def __call__(
+        self,
+        x_btd: Array,
+        positions_bt: Array,
+        inv_freq_h2: Array,
+        layer_kv: LayerKV | None = None,
+    ) -> tuple[Array, LayerKV | None]:
+        q = jnp.einsum("btd,dnh->btnh", x_btd, self.q_proj.value)
+        k = jnp.einsum("btd,dkh->btkh", x_btd, self.k_proj.value)
+        v = jnp.einsum("btd,dkh->btkh", x_btd, self.v_proj.value)
+        if self.q_bias is not None:
+            q, k, v = q + self.q_bias.value, k + self.k_bias.value, v + self.v_bias.value
+        q = apply_rope(q, positions_bt, inv_freq_h2)
+        k = apply_rope(k, positions_bt, inv_freq_h2)
+
+        if layer_kv is None:
+            keys_bskh, values_bskh, key_positions_bs = k, v, positions_bt
+        else:
+            # Write this step's keys and values at their absolute positions (slot = position);
+            # positions past the cache end are dropped rather than wrapped.
+            batch_index_bt = jnp.broadcast_to(
+                jnp.arange(x_btd.shape[0])[:, None], positions_bt.shape
+            )
+            keys_bskh = layer_kv.keys.at[batch_index_bt, positions_bt].set(
+                k.astype(layer_kv.keys.dtype), mode="drop"
+            )
+            values_bskh = layer_kv.values.at[batch_index_bt, positions_bt].set(
+                v.astype(layer_kv.values.dtype), mode="drop"
+            )
+            layer_kv = LayerKV(keys_bskh, values_bskh)
+            slots = jnp.arange(keys_bskh.shape[1], dtype=positions_bt.dtype)
+            key_positions_bs = jnp.broadcast_to(slots, (x_btd.shape[0], slots.shape[0]))
+
+        # Causal by absolute position. With a cache, slots past a sequence's current position hold
+        # stale or padding entries; they are masked here and overwritten before they become causal.
+        mask_bts = key_positions_bs[:, None, :] <= positions_bt[:, :, None]
+        out_btnh = grouped_query_attention(q, keys_bskh, values_bskh, mask_bts)
+        out_btd = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_proj.value)
+        return out_btd, layer_kv
+
+
+def grouped_query_attention(q_btnh: Array, k_bskh: Array, v_bskh: Array, mask_bts: Array) -> Array:
+    """Softmax attention where each of K key/value heads serves N // K query heads.
+
+    Scores and softmax in float32. A query with no visible key (only possible for padding rows)
+    gets uniform weights instead of NaN.
+
+    Returns:
+      [B, T, N, H] in the dtype of `q`.
+    """
+    b, t, n, h = q_btnh.shape
+    kv_heads = k_bskh.shape[2]
+    q_btkgh = q_btnh.reshape(b, t, kv_heads, n // kv_heads, h)
+    scores = jnp.einsum(
+        "btkgh,bskh->bkgts", q_btkgh, k_bskh.astype(q_btnh.dtype), preferred_element_type=jnp.float32
+    ) / math.sqrt(h)
+    scores = jnp.where(mask_bts[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1).astype(q_btnh.dtype)
+    out = jnp.einsum("bkgts,bskh->btkgh", weights, v_bskh.astype(q_btnh.dtype))
+    return out.reshape(b, t, n, h)
+
+
+class SwiGLU(nnx.Module):
+    """down(silu(gate(x)) * up(x)). See "GLU Variants Improve Transformer" (arXiv:2002.05202)."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d, f, dt = config.hidden_size, config.intermediate_size, config.jnp_dtype
+        self.gate_proj = param(rngs, (d, f), dt, ("embed", "mlp"))
+        self.up_proj = param(rngs, (d, f), dt, ("embed", "mlp"))
+        self.down_proj = param(rngs, (f, d), dt, ("mlp", "embed"))
+
+    def __call__(self, x_btd: Array) -> Array:
+        gate = jnp.einsum("btd,df->btf", x_btd, self.gate_proj.value)
+        up = jnp.einsum("btd,df->btf", x_btd, self.up_proj.value)
+        return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, self.down_proj.value)
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        dt = config.jnp_dtype
+        self.input_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dt)
+        self.attention = Attention(config, rngs=rngs)
+        self.post_attention_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dt)
+        self.mlp = SwiGLU(config, rngs=rngs)
+
+    def __call__(self, x_btd, positions_bt, inv_freq_h2, layer_kv=None):
+        attn_out, layer_kv = self.attention(
+            self.input_norm(x_btd), positions_bt, inv_freq_h2, layer_kv
+        )
+        x_btd = x_btd + attn_out
+        x_btd = x_btd + self.mlp(self.post_attention_norm(x_btd))
+        return x_btd, layer_kv

@@ -1,0 +1,260 @@
+"""Tokenizer: a thin wrapper over Hugging Face `tokenizers` plus a jinja2 chat template.
+
+Built from a Hugging Face `tokenizer.json` (+ `tokenizer_config.json`) or from the vocabulary,
+merges and chat template stored in a GGUF file's metadata (byte-level BPE only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jinja2
+import jinja2.sandbox
+import tokenizers
+from tokenizers import decoders, pre_tokenizers
+
+# GGUF token types (llama.cpp's llama_token_type): 3 = control, 4 = user defined.
+_GGUF_CONTROL, _GGUF_USER_DEFINED = 3, 4
+
+# Pre-tokenizer regexes of the byte-level BPE families, keyed by GGUF `tokenizer.ggml.pre`.
+_LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_PATTERN = _LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def _pre_tokenizer_for(pre: str):
+    if pre in ("smollm", "starcoder", "refact"):  # GPT-2 regex after splitting digits one by one
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
+    if pre in ("gpt2", "default", "gpt-2"):
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    patterns = {"llama-bpe": _LLAMA3_PATTERN, "llama3": _LLAMA3_PATTERN, "qwen2": _QWEN2_PATTERN}
+    if pre in patterns:
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(tokenizers.Regex(patterns[pre]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    raise ValueError(
+        f"GGUF tokenizer.ggml.pre={pre!r} is not supported; known byte-level BPE pre-tokenizers: "
+        "smollm, gpt2, llama-bpe, qwen2. Load the model from a Hugging Face directory instead."
+    )
+
+
+def _raise_template_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+class Tokenizer:
+    """Encode, decode and chat templating for one model.
+
+    Args:
+      backend: a `tokenizers.Tokenizer`.
+      chat_template: a jinja2 chat template (Hugging Face convention), or None.
+      eos_token, bos_token, pad_token: special token strings, or None.
+
+    Example:
+      >>> ids = tokenizer.encode("12 + 7 =")
+      >>> tokenizer.decode(ids)
+      '12 + 7 ='
+    """
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        *,
+        chat_template: str | None = None,
+        eos_token: str | None = None,
+        bos_token: str | None = None,
+        pad_token: str | None = None,
+    ):
+        self.backend = backend
+        self.chat_template = chat_template
+        self.eos_token, self.bos_token, self.pad_token = eos_token, bos_token, pad_token
+        for name in ("eos_token", "bos_token", "pad_token"):
+            token = getattr(self, name)
+            if token is not None and backend.token_to_id(token) is None:
+                raise ValueError(f"Tokenizer: {name}={token!r} is not in the vocabulary.")
+
+    # --- construction -----------------------------------------------------------------------
+    @classmethod
+    def from_hf_directory(cls, path: str) -> Tokenizer:
+        """Reads `tokenizer.json` and, if present, `tokenizer_config.json` from a directory."""
+        tokenizer_file = os.path.join(path, "tokenizer.json")
+        if not os.path.isfile(tokenizer_file):
+            raise FileNotFoundError(
+                f"No tokenizer.json in {path!r}: a Hugging Face model directory needs "
+                "tokenizer.json (fast tokenizer format) next to config.json."
+            )
+        try:
+            backend = tokenizers.Tokenizer.from_file(tokenizer_file)
+        except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
+            raise ValueError(f"Could not parse tokenizer file {tokenizer_file!r}: {e}") from e
+        config: dict[str, Any] = {}
+        config_file = os.path.join(path, "tokenizer_config.json")
+        if os.path.isfile(config_file):
+            with open(config_file) as f:
+                config = json.load(f)
+
+        def token(name):
+            value = config.get(name)
+            return value.get("content") if isinstance(value, dict) else value
+
+        return cls(
+            backend,
+            chat_template=config.get("chat_template"),
+            eos_token=token("eos_token"),
+            bos_token=token("bos_token"),
+            pad_token=token("pad_token"),
+        )
+
+    @classmethod
+    def from_gguf_vocabulary(
+        cls,
+        tokens: Sequence[str],
+        merges: Sequence[str],
+        token_types: Sequence[int],
+        *,
+        pre: str,
+        chat_template: str | None,
+        bos_token_id: int | None,
+        eos_token_id: int | None,
+        pad_token_id: int | None,
+    ) -> Tokenizer:
+        """Builds a byte-level BPE tokenizer from GGUF `tokenizer.ggml.*` metadata."""
+        vocab = {token: i for i, token in enumerate(tokens)}
+        merge_pairs = [tuple(m.split(" ", 1)) for m in merges]
+        backend = tokenizers.Tokenizer(
+            tokenizers.models.BPE(vocab=vocab, merges=merge_pairs, fuse_unk=False)
+        )
+        backend.pre_tokenizer = _pre_tokenizer_for(pre)
+        backend.decoder = decoders.ByteLevel()
+        specials = [
+            tokenizers.AddedToken(tokens[i], special=True, normalized=False)
+            for i, kind in enumerate(token_types)
+            if kind in (_GGUF_CONTROL, _GGUF_USER_DEFINED)
+        ]
+        backend.add_special_tokens(specials)
+
+        def name(i):
+            return None if i is None or i >= len(tokens) else tokens[i]
+
+        return cls(
+            backend,
+            chat_template=chat_template,
+            eos_token=name(eos_token_id),
+            bos_token=name(bos_token_id),
+            pad_token=name(pad_token_id),
+        )
+
+    def save(self, path: str) -> None:
+        """Writes `tokenizer.json` and `tokenizer_config.json` (Hugging Face format) into `path`."""
+        os.makedirs(path, exist_ok=True)
+        self.backend.save(os.path.join(path, "tokenizer.json"))
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": self.eos_token,
+            "bos_token": self.bos_token,
+            "pad_token": self.pad_token,
+            "add_bos_token": False,
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": 1_000_000,
+        }
+        if self.chat_template is not None:
+            config["chat_template"] = self.chat_template
+        with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f, indent=2, ensure_ascii=False)
+
+    # --- encoding ---------------------------------------------------------------------------
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of `text`. Special-token strings inside the text map to their ids."""
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def batch_encode(self, texts: Sequence[str], *, add_special_tokens: bool = False) -> list[list[int]]:
+        """Token ids of each text (ragged lists; no padding)."""
+        encodings = self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        return [e.ids for e in encodings]
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        """Text of token ids."""
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, batch: Sequence[Sequence[int]], *, skip_special_tokens: bool = False):
+        """Texts of several id lists."""
+        return [self.decode(ids, skip_special_tokens=skip_special_tokens) for ids in batch]
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        tokenize: bool = False,
+        **template_kwargs: Any,
+    ) -> str | list[int]:
+        """Renders `messages` ([{"role": ..., "content": ...}]) with the model's chat template.
+
+        Uses jinja2's sandbox with Hugging Face's settings (trim_blocks, lstrip_blocks), so templates
+        written for `transformers` render the same here.
+        """
+        if self.chat_template is None:
+            raise ValueError(
+                "This tokenizer has no chat template: the checkpoint's metadata "
+                "(tokenizer.chat_template or tokenizer_config.json) did not define one."
+            )
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        env.globals["raise_exception"] = _raise_template_exception
+        env.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent)
+        text = env.from_string(self.chat_template).render(
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            eos_token=self.eos_token,
+            bos_token=self.bos_token,
+            **template_kwargs,
+        )
+        return self.encode(text) if tokenize else text
+
+    # --- special tokens ---------------------------------------------------------------------
+    def token_to_id(self, token: str) -> int | None:
+        """Id of one token string, or None."""
+        return self.backend.token_to_id(token)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """Id of the end-of-sequence token."""
+        return None if self.eos_token is None else self.backend.token_to_id(self.eos_token)
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """Id of the beginning-of-sequence token."""
+        return None if self.bos_token is None else self.backend.token_to_id(self.bos_token)
+
+    @property
+    def pad_token_id(self) -> int | None:
+        """Id of the padding token (falls back to EOS)."""
+        if self.pad_token is None:
+            return self.eos_token_id
+        return self.backend.token_to_id(self.pad_token)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def stop_token_ids(self) -> list[int]:
+        """Ids that end a chat turn: EOS and, where present, ChatML's <|im_end|> / <|eot_id|>."""
+        ids = {self.eos_token_id}
+        for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
+            ids.add(self.backend.token_to_id(token))
+        return sorted(i for i in ids if i is not None)

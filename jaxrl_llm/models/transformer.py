@@ -1,0 +1,150 @@
+"""The Llama-family decoder-only transformer as a Flax NNX module.
+
+Covers Llama 2/3 (RoPE with Llama-3 scaling), SmolLM2 (tied embeddings) and Qwen2 (QKV bias).
+See "LLaMA: Open and Efficient Foundation Language Models" (arXiv:2302.13971) and
+"Qwen2 Technical Report" (arXiv:2407.10671).
+
+Three entry points share one forward:
+  model(tokens_bt)                       -> logits [B, T, V], causal, positions 0..T-1
+  model.hidden_states(tokens_bt, ...)    -> (final-normed hidden [B, T, D], updated KV cache)
+  model.unembed_matrix()                 -> [D, V], for the fused log-prob kernel (no [B, T, V])
+The decode engine passes `positions_bt` and a `KVCache` to `hidden_states`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxrl_llm.models.config import ModelConfig
+from jaxrl_llm.models.layers import (
+    DecoderLayer,
+    LayerKV,
+    RMSNorm,
+    param,
+    rope_inverse_frequencies,
+)
+
+Array = jax.Array
+
+# Logical axes of a KV cache array [B, S, K, H], for the sharding rule sets.
+KV_CACHE_LOGICAL_AXES = ("cache_batch", "cache_sequence", "kv_heads", "head_dim")
+
+
+class KVCache(NamedTuple):
+    """Preallocated keys and values of every layer: a tuple of L `LayerKV`, each [B, S, K, H].
+
+    Slot s of row b holds position s of that sequence (prompts are left-aligned). Which slots are
+    valid is the decode loop's business (it tracks per-sequence lengths); attention only reads
+    slots at or before each query's position.
+    """
+
+    layers: tuple[LayerKV, ...]
+
+    @property
+    def max_length(self) -> int:
+        """S, the number of slots per sequence."""
+        return self.layers[0].keys.shape[1]
+
+
+class Transformer(nnx.Module):
+    """Decoder-only transformer: embed -> L x DecoderLayer -> RMSNorm -> unembed.
+
+    Args:
+      config: the architecture.
+      rngs: random streams for the initial parameters (loaders overwrite them).
+
+    Example:
+      >>> model = Transformer(tiny_config(), rngs=nnx.Rngs(0))
+      >>> logits = model(jnp.zeros((2, 5), jnp.int32))  # [2, 5, 256]
+    """
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        dt = config.jnp_dtype
+        self.embed = param(rngs, (config.vocab_size, config.hidden_size), dt, ("vocab", "embed"))
+        self.layers = nnx.List([DecoderLayer(config, rngs=rngs) for _ in range(config.num_layers)])
+        self.final_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dt)
+        if config.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = param(
+                rngs, (config.hidden_size, config.vocab_size), dt, ("embed", "vocab")
+            )
+
+    def __call__(self, tokens_bt: Array, *, positions_bt: Array | None = None) -> Array:
+        """Causal logits [B, T, V] (model dtype) of int32 `tokens_bt` [B, T]."""
+        hidden_btd, _ = self.hidden_states(tokens_bt, positions_bt=positions_bt)
+        return self.logits(hidden_btd)
+
+    def hidden_states(
+        self,
+        tokens_bt: Array,
+        *,
+        positions_bt: Array | None = None,
+        kv_cache: KVCache | None = None,
+    ) -> tuple[Array, KVCache | None]:
+        """Final-normed hidden states, optionally reading and writing a KV cache.
+
+        Args:
+          tokens_bt: int32 [B, T].
+          positions_bt: int32 [B, T] absolute positions; defaults to 0..T-1 in every row. With a
+            cache, token (b, t) is written to slot positions_bt[b, t] and attends to slots <= it.
+          kv_cache: a `KVCache` from `init_cache`, or None for a cache-free causal forward.
+
+        Returns:
+          (hidden [B, T, D] in the model dtype, the updated cache or None).
+        """
+        if tokens_bt.ndim != 2:
+            raise ValueError(f"tokens must be [batch, time] int32, got shape {tokens_bt.shape}.")
+        b, t = tokens_bt.shape
+        if positions_bt is None:
+            positions_bt = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        elif positions_bt.shape != tokens_bt.shape:
+            raise ValueError(
+                f"positions_bt {positions_bt.shape} must match tokens_bt {tokens_bt.shape}."
+            )
+        if kv_cache is not None and len(kv_cache.layers) != len(self.layers):
+            raise ValueError(
+                f"kv_cache has {len(kv_cache.layers)} layers, the model {len(self.layers)}."
+            )
+        config = self.config
+        inv_freq = rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+        x_btd = jnp.take(self.embed.value, tokens_bt, axis=0)
+        new_layers = []
+        for i, layer in enumerate(self.layers):
+            layer_kv = None if kv_cache is None else kv_cache.layers[i]
+            x_btd, layer_kv = layer(x_btd, positions_bt, inv_freq, layer_kv)
+            new_layers.append(layer_kv)
+        hidden_btd = self.final_norm(x_btd)
+        return hidden_btd, (None if kv_cache is None else KVCache(tuple(new_layers)))
+
+    def unembed_matrix(self) -> Array:
+        """The output projection [D, V] (the transposed embedding when tied)."""
+        if self.lm_head is None:
+            return self.embed.value.T
+        return self.lm_head.value
+
+    def logits(self, hidden_btd: Array) -> Array:
+        """Logits [B, T, V] of hidden states [B, T, D], in the model dtype."""
+        return jnp.einsum("btd,dv->btv", hidden_btd, self.unembed_matrix())
+
+    def init_cache(self, batch_size: int, max_length: int, dtype=None) -> KVCache:
+        """A zero KV cache with `max_length` slots per sequence, [B, S, K, H] per layer."""
+        config = self.config
+        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
+        dtype = dtype or config.jnp_dtype
+        return KVCache(
+            tuple(
+                LayerKV(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+                for _ in range(config.num_layers)
+            )
+        )
+
+
+def init_model(config: ModelConfig, seed: int = 0) -> Transformer:
+    """A randomly initialised `Transformer` (for tests, benchmarks and from-scratch runs)."""
+    return Transformer(config, rngs=nnx.Rngs(params=seed))
