@@ -48,7 +48,7 @@ class RMSNorm(nnx.Module):
     def __call__(self, x: Array) -> Array:
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (normed * self.scale.value.astype(jnp.float32)).astype(x.dtype)
+        return (normed * self.scale[...].astype(jnp.float32)).astype(x.dtype)
 
 
 def rope_inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -> Array:
@@ -124,11 +124,11 @@ class Attention(nnx.Module):
         inv_freq_h2: Array,
         layer_kv: LayerKV | None = None,
     ) -> tuple[Array, LayerKV | None]:
-        q = jnp.einsum("btd,dnh->btnh", x_btd, self.q_proj.value)
-        k = jnp.einsum("btd,dkh->btkh", x_btd, self.k_proj.value)
-        v = jnp.einsum("btd,dkh->btkh", x_btd, self.v_proj.value)
+        q = jnp.einsum("btd,dnh->btnh", x_btd, self.q_proj[...])
+        k = jnp.einsum("btd,dkh->btkh", x_btd, self.k_proj[...])
+        v = jnp.einsum("btd,dkh->btkh", x_btd, self.v_proj[...])
         if self.q_bias is not None:
-            q, k, v = q + self.q_bias.value, k + self.k_bias.value, v + self.v_bias.value
+            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
         q = apply_rope(q, positions_bt, inv_freq_h2)
         k = apply_rope(k, positions_bt, inv_freq_h2)
 
@@ -154,7 +154,7 @@ class Attention(nnx.Module):
         # stale or padding entries; they are masked here and overwritten before they become causal.
         mask_bts = key_positions_bs[:, None, :] <= positions_bt[:, :, None]
         out_btnh = grouped_query_attention(q, keys_bskh, values_bskh, mask_bts)
-        out_btd = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_proj.value)
+        out_btd = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_proj[...])
         return out_btd, layer_kv
 
 
@@ -189,9 +189,9 @@ class SwiGLU(nnx.Module):
         self.down_proj = param(rngs, (f, d), dt, ("mlp", "embed"))
 
     def __call__(self, x_btd: Array) -> Array:
-        gate = jnp.einsum("btd,df->btf", x_btd, self.gate_proj.value)
-        up = jnp.einsum("btd,df->btf", x_btd, self.up_proj.value)
-        return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, self.down_proj.value)
+        gate = jnp.einsum("btd,df->btf", x_btd, self.gate_proj[...])
+        up = jnp.einsum("btd,df->btf", x_btd, self.up_proj[...])
+        return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, self.down_proj[...])
 
 
 class DecoderLayer(nnx.Module):

@@ -113,7 +113,7 @@ class Transformer(nnx.Module):
             )
         config = self.config
         inv_freq = rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
-        x_btd = jnp.take(self.embed.value, tokens_bt, axis=0)
+        x_btd = jnp.take(self.embed[...], tokens_bt, axis=0)
         new_layers = []
         for i, layer in enumerate(self.layers):
             layer_kv = None if kv_cache is None else kv_cache.layers[i]
@@ -125,8 +125,8 @@ class Transformer(nnx.Module):
     def unembed_matrix(self) -> Array:
         """The output projection [D, V] (the transposed embedding when tied)."""
         if self.lm_head is None:
-            return self.embed.value.T
-        return self.lm_head.value
+            return self.embed[...].T
+        return self.lm_head[...]
 
     def logits(self, hidden_btd: Array) -> Array:
         """Logits [B, T, V] of hidden states [B, T, D], in the model dtype."""

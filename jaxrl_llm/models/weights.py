@@ -100,20 +100,20 @@ def assign_hf_tensors(
         if name not in tensors:
             raise ValueError(f"{source}: tensor {name!r} is missing from the checkpoint.")
         value = entry.from_hf(np.asarray(tensors[name]))
-        expected = tuple(entry.variable.value.shape)
+        expected = tuple(entry.variable.get_value().shape)
         if tuple(value.shape) != expected:
             raise ValueError(
                 f"{source}: tensor {name!r} has shape {tuple(tensors[name].shape)}, which does "
                 f"not fit the config (expected {expected} in our layout); the config and the "
                 "weights disagree."
             )
-        entry.variable.value = jnp.asarray(value, dtype=dtype)
+        entry.variable.set_value(jnp.asarray(value, dtype=dtype))
     return model
 
 
 def hf_tensors(model: Transformer, dtype=np.float32) -> dict[str, np.ndarray]:
     """Every parameter of `model` as HF-named numpy arrays in HF layout."""
     return {
-        name: np.ascontiguousarray(entry.to_hf(np.asarray(entry.variable.value, dtype=dtype)))
+        name: np.ascontiguousarray(entry.to_hf(np.asarray(entry.variable.get_value(), dtype=dtype)))
         for name, entry in named_parameters(model).items()
     }

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: sets up .venv with the dev and peers extras, then runs pytest.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m slow` for the slow target.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/setup_env.sh" "dev,peers"
+cd "$ROOT"
+exec python -m pytest -q -rs "$@"
