@@ -1,0 +1,21 @@
+"""Algorithms: small modules composing rollout, rewards, losses and the train step."""
+
+from jaxrl_llm.algorithms.grpo import (
+    GRPOBatch,
+    GRPOLossConfig,
+    build_batch,
+    group_advantages,
+    grpo_loss,
+    split_minibatches,
+    trim_length,
+)
+
+__all__ = [
+    "GRPOBatch",
+    "GRPOLossConfig",
+    "build_batch",
+    "group_advantages",
+    "grpo_loss",
+    "split_minibatches",
+    "trim_length",
+]

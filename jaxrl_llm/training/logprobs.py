@@ -1,0 +1,53 @@
+"""Teacher-forced token log-probs of a policy, through the fused kernel (no [B, T, V] logits).
+
+The layout matches `jaxrl_llm.rollout.Rollout`: `logp_bt[b, t]` is the log-prob of `tokens[b, t]`
+given `tokens[b, :t]`, computed from the hidden state at t - 1; column 0 has no prefix and is 0.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_llm.models.transformer import Transformer
+from kernels.logprobs import token_logprobs
+
+Array = jax.Array
+
+
+def sequence_logprobs(
+    model: Transformer,
+    tokens_bt: Array,
+    *,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+    implementation: str | None = None,
+) -> tuple[Array, Array | None]:
+    """Log-probs (and entropies) of every token of `tokens_bt` under `model`.
+
+    Args:
+      model: the policy (or the frozen reference).
+      tokens_bt: int32 [B, T] sequences, left-aligned (prompt, completion, padding).
+      temperature: the sampling temperature; logits are divided by it (match the rollout's).
+      return_entropy: also return the entropy of each next-token distribution.
+      implementation: the `kernels.logprobs` backend; None picks by device.
+
+    Returns:
+      (logp_bt float32 [B, T], entropy_bt float32 [B, T] or None); column 0 is 0 in both.
+      `entropy_bt[b, t]` is the entropy of the distribution that produced `tokens[b, t]`.
+    """
+    if tokens_bt.ndim != 2:
+        raise ValueError(f"sequence_logprobs: tokens_bt must be [B, T], got {tokens_bt.shape}.")
+    hidden_btd, _ = model.hidden_states(tokens_bt)
+    logp, entropy = token_logprobs(
+        hidden_btd[:, :-1],
+        model.unembed_matrix(),
+        tokens_bt[:, 1:],
+        temperature=temperature,
+        return_entropy=return_entropy,
+        implementation=implementation,
+    )
+    pad = jnp.zeros((tokens_bt.shape[0], 1), jnp.float32)
+    logp_bt = jnp.concatenate([pad, logp], axis=1)
+    entropy_bt = None if entropy is None else jnp.concatenate([pad, entropy], axis=1)
+    return logp_bt, entropy_bt

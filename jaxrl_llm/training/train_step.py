@@ -1,0 +1,91 @@
+"""A jitted, donated train step over (params, optimizer state) with a non-finite guard.
+
+`make_train_step(graphdef, optimizer, loss_fn)` returns `step(state, batch) -> (state, metrics)`:
+`loss_fn(model, batch) -> (loss, metrics)` is any pure loss of a merged model (GRPO's, DPO's ...).
+A step whose loss or gradients are not finite leaves parameters and optimizer state unchanged and
+reports `metrics["nonfinite"] = 1`; the runner counts those and stops after K in a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+Array = jax.Array
+LossFn = Callable[[Any, Any], tuple[Array, dict[str, Array]]]
+
+
+class TrainState(NamedTuple):
+    """Everything that changes during training, as a pytree.
+
+    Attributes:
+      step: int32 [] number of optimizer updates applied.
+      params: `nnx.State` of the model's parameters.
+      opt_state: the optax state.
+    """
+
+    step: Array
+    params: nnx.State
+    opt_state: optax.OptState
+
+
+def create_train_state(model, optimizer: optax.GradientTransformation) -> tuple[nnx.GraphDef, TrainState]:
+    """Splits `model` into its static graph and a `TrainState` with a fresh optimizer state."""
+    graphdef, params = nnx.split(model, nnx.Param)
+    opt_state = jax.jit(optimizer.init)(params)
+    return graphdef, TrainState(jnp.zeros((), jnp.int32), params, opt_state)
+
+
+def _all_finite(tree) -> Array:
+    leaves = jax.tree.leaves(tree)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+
+
+def make_train_step(
+    graphdef: nnx.GraphDef,
+    optimizer: optax.GradientTransformation,
+    loss_fn: LossFn,
+    *,
+    donate: bool = True,
+) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, Array]]]:
+    """Builds the jitted update `step(state, batch) -> (state, metrics)`.
+
+    Args:
+      graphdef: the model's static graph from `create_train_state`.
+      optimizer: the optax transformation whose state `state.opt_state` holds.
+      loss_fn: `(model, batch) -> (scalar loss, dict of scalar metrics)`, pure.
+      donate: donate the incoming state's buffers (the caller must not reuse it).
+
+    Returns:
+      The jitted step. Metrics gain "loss", "grad_norm", "nonfinite" (0/1) and "learning_step".
+    """
+
+    def step(state: TrainState, batch) -> tuple[TrainState, dict[str, Array]]:
+        def loss_of_params(params):
+            return loss_fn(nnx.merge(graphdef, params), batch)
+
+        (loss, metrics), grads = jax.value_and_grad(loss_of_params, has_aux=True)(state.params)
+        finite = jnp.isfinite(loss) & _all_finite(grads)
+        updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
+        new_params = optax.apply_updates(state.params, updates)
+        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+        new_state = TrainState(
+            step=state.step + finite.astype(jnp.int32),
+            params=keep(new_params, state.params),
+            opt_state=keep(new_opt_state, state.opt_state),
+        )
+        metrics = dict(metrics)
+        metrics.update(
+            loss=loss,
+            grad_norm=optax.tree.norm(grads),
+            nonfinite=(~finite).astype(jnp.float32),
+            learning_step=new_state.step.astype(jnp.float32),
+        )
+        return new_state, metrics
+
+    return jax.jit(step, donate_argnums=(0,) if donate else ())
