@@ -1,0 +1,47 @@
+"""Prompt sources (reasoning-gym, JSONL, tfds), chat rendering and resumable batching.
+
+Every source is a finite, indexable collection of `Example`s; `Example.score(candidate)` applies the
+source's own scorer to an extracted answer.
+
+Example:
+  >>> from jaxrl_llm import data
+  >>> source = data.ReasoningGymSource("chain_sum", seed=0, size=1000, max_terms=2, max_digits=2)
+  >>> batcher = data.PromptBatcher(source, batch_size=8, seed=0)
+  >>> prompts = [data.render_prompt(tokenizer, ex.question) for ex in next(batcher)]
+"""
+
+from jaxrl_llm.data.batcher import PromptBatcher, PromptSource
+from jaxrl_llm.data.example import Example, Scorer
+from jaxrl_llm.data.jsonl import JsonlRecord, JsonlSource, final_answer, read_prompt_jsonl
+from jaxrl_llm.data.prompts import ChatTemplate, render_prompt
+from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, reasoning_gym_tasks
+from jaxrl_llm.data.scoring import (
+    math_answer_score,
+    math_equal,
+    normalize_number,
+    parse_math,
+    verify_parsed,
+)
+from jaxrl_llm.data.tfds_source import JsonlPromptBuilder, TfdsSource
+
+__all__ = [
+    "ChatTemplate",
+    "Example",
+    "JsonlPromptBuilder",
+    "JsonlRecord",
+    "JsonlSource",
+    "PromptBatcher",
+    "PromptSource",
+    "ReasoningGymSource",
+    "Scorer",
+    "TfdsSource",
+    "final_answer",
+    "math_answer_score",
+    "math_equal",
+    "normalize_number",
+    "parse_math",
+    "read_prompt_jsonl",
+    "reasoning_gym_tasks",
+    "render_prompt",
+    "verify_parsed",
+]

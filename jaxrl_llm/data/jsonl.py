@@ -1,0 +1,161 @@
+"""Prompts from a local JSONL file in GSM8K format, scored by numeric / math-verify equality.
+
+GSM8K lines look like `{"question": "...", "answer": "<reasoning>\\n#### 72"}`: the reference answer
+is the text after the last "####". Files whose answer field holds the bare answer work too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from jaxrl_llm.data import scoring
+from jaxrl_llm.data.example import Example
+
+__all__ = ["JsonlRecord", "JsonlSource", "final_answer", "read_prompt_jsonl"]
+
+
+def final_answer(answer_field: str) -> str:
+    """The reference answer of a GSM8K answer field: the text after the last "####".
+
+    Thousands separators of a plain number are dropped ("1,234" -> "1234"); a field without
+    "####" is taken whole (stripped).
+
+    Example:
+      >>> final_answer("She pays 3 * 4 = <<3*4=12>>12 dollars.\\n#### 1,212")
+      '1212'
+    """
+    text = answer_field.rsplit("####", 1)[-1].strip()
+    if scoring.normalize_number(text) is not None and "," in text:
+        text = text.replace(",", "")
+    return text
+
+
+class JsonlRecord(NamedTuple):
+    """One parsed line of a prompt JSONL file.
+
+    Attributes:
+      line_number: 1-based line number in the file.
+      question: the question text.
+      answer: the final answer (after "####", thousands separators dropped).
+      raw: the line's JSON object.
+    """
+
+    line_number: int
+    question: str
+    answer: str
+    raw: dict[str, Any]
+
+
+def _as_text(value: Any, *, key: str, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError(
+        f"{where}: key {key!r} must be a string or a number, got {type(value).__name__}."
+    )
+
+
+def read_prompt_jsonl(
+    path: str | os.PathLike, *, question_key: str = "question", answer_key: str = "answer"
+) -> list[JsonlRecord]:
+    """Reads and validates every line of a GSM8K-format JSONL file (blank lines are skipped).
+
+    Raises:
+      FileNotFoundError: no file at `path`.
+      ValueError: a line that is not a JSON object, lacks a key (the message gives the file, the
+        line number and the keys found), or a file without any example.
+
+    Example:
+      >>> read_prompt_jsonl("gsm8k.jsonl")[0]
+      JsonlRecord(line_number=1, question='Tom has ...', answer='18', raw={'question': ..., ...})
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"JSONL prompt file not found: {path!r}")
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_number}"
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno}).") from e
+            if not isinstance(raw, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(raw).__name__}.")
+            for key in (question_key, answer_key):
+                if key not in raw:
+                    raise ValueError(
+                        f"{where}: missing key {key!r}; the line has keys {sorted(raw)}. "
+                        "Pass question_key= / answer_key= to read other field names."
+                    )
+            question = _as_text(raw[question_key], key=question_key, where=where)
+            answer = final_answer(_as_text(raw[answer_key], key=answer_key, where=where))
+            records.append(JsonlRecord(line_number, question, answer, raw))
+    if not records:
+        raise ValueError(f"JSONL prompt file {path!r} holds no examples.")
+    return records
+
+
+class JsonlSource:
+    """A prompt source over a local JSONL file in GSM8K format, read once into memory.
+
+    Examples are scored by `scoring.math_answer_score`: math-verify equality, falling back to exact
+    decimal equality.
+
+    Args:
+      path: the JSONL file.
+      question_key: field holding the question.
+      answer_key: field holding the answer (GSM8K: reasoning, then "#### <answer>").
+      name: the examples' `source`; defaults to the file name without extension.
+
+    Example:
+      >>> source = JsonlSource("gsm8k_test.jsonl")
+      >>> ex = source[0]
+      >>> ex.answer, ex.score("18"), ex.score("18.0"), ex.score("17")
+      ('18', 1.0, 1.0, 0.0)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        question_key: str = "question",
+        answer_key: str = "answer",
+        name: str | None = None,
+    ):
+        self.path = os.fspath(path)
+        self.name = name or os.path.splitext(os.path.basename(self.path))[0]
+        self._records = read_prompt_jsonl(
+            self.path, question_key=question_key, answer_key=answer_key
+        )
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index: int) -> Example:
+        """The example at `index` (negative indices count from the end)."""
+        n = len(self._records)
+        if not -n <= index < n:
+            raise IndexError(f"index {index} out of range for {self!r} of size {n}")
+        index %= n
+        record = self._records[index]
+        return Example(
+            question=record.question,
+            answer=record.answer,
+            source=self.name,
+            index=index,
+            metadata=record.raw,
+            scorer=None,  # Example's default: scoring.math_answer_score against `answer`
+        )
+
+    def __iter__(self) -> Iterator[Example]:
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"JsonlSource({self.path!r}, name={self.name!r})"

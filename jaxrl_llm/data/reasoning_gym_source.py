@@ -1,0 +1,113 @@
+"""Prompts from reasoning-gym's procedural generators: offline, seeded, scored by the task itself.
+
+reasoning-gym (0.1.25 has 106 tasks) builds entry `i` of a dataset from `Random(seed + i)`, so
+`ReasoningGymSource(task, seed=s, size=n)[i]` is the same on every machine and every run; a held-out
+set is the same task with another seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterator
+from typing import Any
+
+import reasoning_gym
+from reasoning_gym.factory import DATASETS
+
+from jaxrl_llm.data.example import Example
+
+__all__ = ["ReasoningGymSource", "reasoning_gym_tasks"]
+
+
+def reasoning_gym_tasks() -> list[str]:
+    """Names of the reasoning-gym tasks installed, sorted.
+
+    Example:
+      >>> "chain_sum" in reasoning_gym_tasks(), len(reasoning_gym_tasks())  # reasoning-gym 0.1.25
+      (True, 106)
+    """
+    return sorted(DATASETS)
+
+
+def _close(name: str, candidates, n: int = 5) -> str:
+    matches = difflib.get_close_matches(name, list(candidates), n=n, cutoff=0.5)
+    return f" Did you mean {', '.join(repr(m) for m in matches)}?" if matches else ""
+
+
+class ReasoningGymSource:
+    """A fixed-size, deterministic prompt source over one reasoning-gym task.
+
+    Args:
+      task: reasoning-gym task name, e.g. "chain_sum", "basic_arithmetic", "gsm_symbolic".
+      seed: generator seed; the same (task, seed, kwargs) always gives the same examples.
+      size: number of examples.
+      **task_kwargs: fields of the task's config dataclass, e.g. for chain_sum `min_terms`,
+        `max_terms`, `min_digits`, `max_digits`, `allow_negation`.
+
+    Raises:
+      ValueError: unknown task (the message lists close names), unknown config field (names it and
+        lists the accepted ones), or a config the task rejects.
+
+    Example:
+      >>> source = ReasoningGymSource("chain_sum", seed=1, size=5, max_terms=3, max_digits=1)
+      >>> ex = source[0]
+      >>> ex.question
+      'State the final answer to the following arithmetic problem: 4 - 1 ='
+      >>> ex.answer, ex.score("3"), ex.score("5")
+      ('3', 1.0, 0.0)
+    """
+
+    def __init__(self, task: str, *, seed: int, size: int, **task_kwargs: Any):
+        if task not in DATASETS:
+            raise ValueError(
+                f"Unknown reasoning-gym task {task!r}.{_close(task, DATASETS)} "
+                f"{len(DATASETS)} tasks are installed; see `reasoning_gym_tasks()`."
+            )
+        if size <= 0:
+            raise ValueError(f"ReasoningGymSource: size={size} must be positive.")
+        config_cls = DATASETS[task][1]
+        fields = {f.name for f in dataclasses.fields(config_cls)} - {"seed", "size"}
+        for key in task_kwargs:
+            if key not in fields:
+                raise ValueError(
+                    f"reasoning-gym task {task!r} has no config field {key!r}.{_close(key, fields)} "
+                    f"Accepted fields of {config_cls.__name__}: {', '.join(sorted(fields))}."
+                )
+        try:
+            self._dataset = reasoning_gym.create_dataset(task, seed=seed, size=size, **task_kwargs)
+        except (AssertionError, ValueError, TypeError) as e:
+            raise ValueError(
+                f"reasoning-gym rejected the config of task {task!r} "
+                f"(seed={seed}, size={size}, {task_kwargs}): {type(e).__name__}: {e}"
+            ) from e
+        self.task, self.seed, self.size = task, seed, size
+        self.task_kwargs = dict(task_kwargs)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> Example:
+        """The example at `index` (negative indices count from the end)."""
+        if not -self.size <= index < self.size:
+            raise IndexError(f"index {index} out of range for {self!r} of size {self.size}")
+        index %= self.size
+        entry = self._dataset[index]
+        return Example(
+            question=entry["question"],
+            answer=str(entry["answer"]),
+            source=self.task,
+            index=index,
+            metadata=entry,
+            scorer=self._score,
+        )
+
+    def __iter__(self) -> Iterator[Example]:
+        return (self[i] for i in range(self.size))
+
+    def _score(self, candidate: str, example: Example) -> float:
+        return self._dataset.score_answer(candidate, example.metadata)
+
+    def __repr__(self) -> str:
+        kwargs = "".join(f", {k}={v!r}" for k, v in self.task_kwargs.items())
+        return f"ReasoningGymSource({self.task!r}, seed={self.seed}, size={self.size}{kwargs})"
