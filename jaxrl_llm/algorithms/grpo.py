@@ -61,6 +61,7 @@ class GRPOLossConfig:
       norm_len: the constant of "seq-mean-token-sum-norm" (Dr. GRPO), e.g. max_new_tokens.
       temperature: the rollout temperature; the trainer's log-probs use the same.
       logprob_implementation: `kernels.logprobs` backend, None for the device default.
+      remat: gradient checkpointing per layer (memory for a third more compute).
     """
 
     clip_low: float = 0.2
@@ -72,6 +73,7 @@ class GRPOLossConfig:
     norm_len: int | None = None
     temperature: float = 1.0
     logprob_implementation: str | None = None
+    remat: bool = True
 
 
 def grpo_loss(model, batch: GRPOBatch, *, config: GRPOLossConfig) -> tuple[Array, dict[str, Array]]:
@@ -93,6 +95,7 @@ def grpo_loss(model, batch: GRPOBatch, *, config: GRPOLossConfig) -> tuple[Array
         temperature=config.temperature,
         return_entropy=True,
         implementation=config.logprob_implementation,
+        remat=config.remat,
     )
     pg_loss, metrics = losses.ppo_clip(
         logp,

@@ -22,6 +22,7 @@ def sequence_logprobs(
     temperature: float = 1.0,
     return_entropy: bool = False,
     implementation: str | None = None,
+    remat: bool = False,
 ) -> tuple[Array, Array | None]:
     """Log-probs (and entropies) of every token of `tokens_bt` under `model`.
 
@@ -31,6 +32,7 @@ def sequence_logprobs(
       temperature: the sampling temperature; logits are divided by it (match the rollout's).
       return_entropy: also return the entropy of each next-token distribution.
       implementation: the `kernels.logprobs` backend; None picks by device.
+      remat: gradient checkpointing per layer (see `Transformer.hidden_states`).
 
     Returns:
       (logp_bt float32 [B, T], entropy_bt float32 [B, T] or None); column 0 is 0 in both.
@@ -38,7 +40,7 @@ def sequence_logprobs(
     """
     if tokens_bt.ndim != 2:
         raise ValueError(f"sequence_logprobs: tokens_bt must be [B, T], got {tokens_bt.shape}.")
-    hidden_btd, _ = model.hidden_states(tokens_bt)
+    hidden_btd, _ = model.hidden_states(tokens_bt, remat=remat)
     logp, entropy = token_logprobs(
         hidden_btd[:, :-1],
         model.unembed_matrix(),

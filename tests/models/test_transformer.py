@@ -139,3 +139,17 @@ def test_config_replace_is_validated():
     with pytest.raises(ValueError, match="num_kv_heads"):
         ModelConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1,
                     num_heads=2, num_kv_heads=4)
+
+
+def test_remat_changes_memory_not_values_or_gradients():
+    model = init_model(tiny_config(), seed=4)
+    graphdef, state = nnx.split(model)
+    tokens = jax.random.randint(jax.random.PRNGKey(2), (2, 6), 0, 256)
+
+    def loss(state, remat):
+        hidden, _ = nnx.merge(graphdef, state).hidden_states(tokens, remat=remat)
+        return jnp.sum(hidden**2)
+
+    np.testing.assert_allclose(float(loss(state, True)), float(loss(state, False)), rtol=1e-6)
+    g1, g2 = jax.grad(loss)(state, True), jax.grad(loss)(state, False)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6), g1, g2)

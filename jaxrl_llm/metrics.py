@@ -1,0 +1,78 @@
+"""Metrics: one writer for TensorBoard event files (tensorboardX, no TensorFlow) and JSONL.
+
+`metrics.jsonl` has one JSON object per step; `samples.jsonl` holds logged completions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+def _to_float(value: Any) -> float:
+    value = float(np.asarray(value))
+    return value if math.isfinite(value) else float("nan")
+
+
+class MetricsWriter:
+    """Writes scalar metrics and text samples of a run under `workdir`.
+
+    Args:
+      workdir: the run directory; files go to `workdir/metrics.jsonl`, `workdir/samples.jsonl`
+        and TensorBoard events under `workdir/tensorboard`.
+      tensorboard: also write TensorBoard event files.
+    """
+
+    def __init__(self, workdir: str, *, tensorboard: bool = True):
+        os.makedirs(workdir, exist_ok=True)
+        self.workdir = workdir
+        self._metrics = open(os.path.join(workdir, "metrics.jsonl"), "a")
+        self._samples = open(os.path.join(workdir, "samples.jsonl"), "a")
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> dict[str, float]:
+        """Appends one JSON line `{"step": step, **scalars}` and the TensorBoard scalars."""
+        values = {k: _to_float(v) for k, v in scalars.items()}
+        self._metrics.write(json.dumps({"step": int(step), **values}) + "\n")
+        self._metrics.flush()
+        if self._tb is not None:
+            for key, value in values.items():
+                self._tb.add_scalar(key, value, int(step))
+            self._tb.flush()
+        return values
+
+    def write_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        """Appends completions (prompt, completion, reward, ...) of one step."""
+        for sample in samples:
+            self._samples.write(json.dumps({"step": int(step), **sample}, default=str) + "\n")
+        self._samples.flush()
+        if self._tb is not None and samples:
+            text = "\n\n".join(
+                f"**reward {s.get('reward', '')}**\n\n{s.get('completion', '')}" for s in samples
+            )
+            self._tb.add_text("samples", text, int(step))
+
+    def close(self) -> None:
+        """Flushes and closes all files."""
+        self._metrics.close()
+        self._samples.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(workdir: str) -> list[dict[str, float]]:
+    """The rows of `workdir/metrics.jsonl`, in order (for plots, tests and notebooks)."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

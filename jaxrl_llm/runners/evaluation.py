@@ -1,0 +1,66 @@
+"""Greedy held-out evaluation: accuracy of the policy on a prompt source."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxrl_llm.data import Example, render_prompt
+from jaxrl_llm.rewards import RewardRunner, accuracy
+from jaxrl_llm.rollout import GenerationConfig, Generator
+
+
+def prompt_ids(tokenizer, examples: Sequence[Example], *, system_prompt=None, instruction_suffix="") -> tuple[list[str], list[list[int]]]:
+    """Rendered chat prompts and their token ids."""
+    texts = [
+        render_prompt(tokenizer, e.question, system_prompt=system_prompt, instruction_suffix=instruction_suffix)
+        for e in examples
+    ]
+    return texts, tokenizer.batch_encode(texts)
+
+
+def completion_texts(tokenizer, rollout) -> list[str]:
+    """Completions as text, special tokens (EOS, <|im_end|>) removed."""
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in rollout.completions()]
+
+
+def greedy_accuracy(
+    model,
+    tokenizer,
+    examples: Sequence[Example],
+    rewards: RewardRunner,
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    params=None,
+    system_prompt=None,
+    instruction_suffix: str = "",
+) -> dict[str, float]:
+    """Greedy (temperature 0) accuracy and mean task score over `examples`.
+
+    Batches are padded to `batch_size`, so every batch reuses one compiled program.
+    """
+    generator = Generator(
+        model,
+        GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            temperature=0.0,
+            eos_ids=tuple(tokenizer.stop_token_ids()),
+            pad_id=tokenizer.pad_token_id or 0,
+            min_batch_bucket=batch_size,
+        ),
+    )
+    scores, lengths = [], []
+    for start in range(0, len(examples), batch_size):
+        chunk = list(examples[start : start + batch_size])
+        texts, ids = prompt_ids(tokenizer, chunk, system_prompt=system_prompt, instruction_suffix=instruction_suffix)
+        rollout = generator(ids, seed=0, params=params)
+        out = rewards(texts, completion_texts(tokenizer, rollout), chunk)
+        scores.extend(out.per_function["task"].tolist())
+        lengths.extend(np.asarray(rollout.lengths).tolist())
+    return {
+        "accuracy": accuracy(scores),
+        "score": float(np.mean(scores)),
+        "completion_length": float(np.mean(lengths)),
+    }

@@ -1,0 +1,97 @@
+"""The GRPO loop end to end on a tiny random model: resume after SIGKILL, non-finite guard, CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from jaxrl_llm.config import load_config
+from jaxrl_llm.metrics import read_metrics
+from jaxrl_llm.runners import NonFiniteLossError, train
+from jaxrl_llm.runners import sync as sync_runner
+from jaxrl_llm.runners.sync import TIME_KEYS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")
+STEPS = 5
+FLAGS = [
+    f"--config.train.num_steps={STEPS}",
+    "--config.train.checkpoint_every=2",
+    "--config.eval.before=False",
+    "--config.eval.after=False",
+]
+
+
+def _main(workdir, *extra):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "jaxrl_llm.main", "--config", TINY, "--workdir", str(workdir), "--no_progress", *FLAGS, *extra]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _last_rows_by_step(workdir):
+    rows = {}
+    for row in read_metrics(str(workdir)):
+        rows[row["step"]] = {k: v for k, v in row.items() if k not in TIME_KEYS}
+    return rows
+
+
+def test_sigkill_and_resume_reproduces_every_later_step(tmp_path):
+    reference = _main(tmp_path / "a")
+    out, _ = reference.communicate(timeout=600)
+    assert reference.returncode == 0, out
+
+    victim = _main(tmp_path / "b")
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        rows = read_metrics(str(tmp_path / "b"))
+        if rows and rows[-1]["step"] >= 3:  # checkpoint 2 is on disk before step 3 starts
+            break
+        if victim.poll() is not None:
+            pytest.fail("the run ended before it could be killed:\n" + victim.stdout.read())
+        time.sleep(0.2)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    resumed = _main(tmp_path / "b")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "resumed from" in out
+
+    expected, got = _last_rows_by_step(tmp_path / "a"), _last_rows_by_step(tmp_path / "b")
+    assert sorted(got) == sorted(expected) == list(range(1, STEPS + 1))
+    for step in range(1, STEPS + 1):
+        assert got[step].keys() == expected[step].keys()
+        for key in expected[step]:
+            np.testing.assert_allclose(got[step][key], expected[step][key], rtol=1e-6, atol=1e-7,
+                                       err_msg=f"step {step} {key}")
+
+
+def test_unknown_config_key_lists_close_matches(tmp_path):
+    proc = _main(tmp_path, "--config.rollout.max_new_token=4")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "max_new_tokens" in out and "Did you mean" in out
+
+
+def test_nonfinite_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
+    config = load_config(TINY, {"train.num_steps": 6, "train.checkpoint_every": 1, "eval.before": False,
+                                "eval.after": False, "train.max_consecutive_nonfinite": 2})
+    real = sync_runner.group_advantages
+    calls = []
+
+    def poisoned(rewards, group, **kw):
+        calls.append(1)
+        adv = real(rewards, group, **kw)
+        return adv if len(calls) <= 2 else np.full_like(adv, np.nan)
+
+    monkeypatch.setattr(sync_runner, "group_advantages", poisoned)
+    with pytest.raises(NonFiniteLossError, match="2 consecutive steps"):
+        train(config, str(tmp_path), progress=False)
+    rows = read_metrics(str(tmp_path))
+    assert [r["train/nonfinite"] for r in rows] == [0.0, 0.0, 1.0, 1.0]
+    steps = sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
+    assert steps[-1] == 2  # the last good checkpoint is kept; nothing was saved after it
