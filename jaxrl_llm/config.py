@@ -59,11 +59,13 @@ def grpo_config() -> ml_collections.ConfigDict:
     c.rollout = ml_collections.ConfigDict()
     # Prompts per step and completions per prompt (the GRPO group).
     c.rollout.num_prompts = 8
-    c.rollout.group_size = 8
+    c.rollout.group_size = 4
     # Most new tokens per completion.
-    c.rollout.max_new_tokens = 48
+    c.rollout.max_new_tokens = 32
     # Sampling temperature (the trainer's log-probs use the same).
-    c.rollout.temperature = 1.0
+    c.rollout.temperature = 0.7
+    # Prompts are right-padded to at least this many tokens: one shape, one compiled program.
+    c.rollout.min_prompt_bucket = 64
 
     c.loss = ml_collections.ConfigDict()
     # PPO clip range [1 - clip_low, 1 + clip_high].
@@ -83,7 +85,7 @@ def grpo_config() -> ml_collections.ConfigDict:
 
     c.optimizer = ml_collections.ConfigDict()
     # AdamW peak learning rate, warmup (in optimizer updates) and schedule after it.
-    c.optimizer.learning_rate = 1e-5
+    c.optimizer.learning_rate = 2e-5
     c.optimizer.warmup_steps = 2
     c.optimizer.schedule = "constant"
     c.optimizer.weight_decay = 0.0
@@ -95,7 +97,7 @@ def grpo_config() -> ml_collections.ConfigDict:
     c.train = ml_collections.ConfigDict()
     # RL steps (each: one rollout batch, `num_minibatches` optimizer updates).
     c.train.num_steps = 20
-    c.train.num_minibatches = 2
+    c.train.num_minibatches = 1
     # Save a checkpoint every N steps (and at the end).
     c.train.checkpoint_every = 5
     # Log sample completions every N steps.
@@ -107,8 +109,8 @@ def grpo_config() -> ml_collections.ConfigDict:
     # Greedy held-out accuracy before the first and after the last step.
     c.eval.before = True
     c.eval.after = True
-    c.eval.batch_size = 64
-    c.eval.max_new_tokens = 48
+    c.eval.batch_size = 50
+    c.eval.max_new_tokens = 32
 
     c.lock()
     return c
@@ -116,7 +118,7 @@ def grpo_config() -> ml_collections.ConfigDict:
 
 _POSITIVE_INTS = (
     "rollout.num_prompts", "rollout.group_size", "rollout.max_new_tokens", "train.num_steps",
-    "train.num_minibatches", "train.checkpoint_every", "train.sample_every", "eval.batch_size",
+    "train.num_minibatches", "train.checkpoint_every", "rollout.min_prompt_bucket", "train.sample_every", "eval.batch_size",
     "eval.max_new_tokens", "task.train_size", "task.eval_size", "train.max_consecutive_nonfinite",
 )
 

@@ -7,7 +7,6 @@ from jaxrl_llm.algorithms.grpo import (
     group_advantages,
     grpo_loss,
     split_minibatches,
-    trim_length,
 )
 
 __all__ = [
@@ -17,5 +16,4 @@ __all__ = [
     "group_advantages",
     "grpo_loss",
     "split_minibatches",
-    "trim_length",
 ]

@@ -144,31 +144,22 @@ def group_advantages(
     return np.asarray(adv, np.float32).reshape(-1)
 
 
-def trim_length(used_length: int, full_length: int, *, multiple: int = 32) -> int:
-    """The train-step sequence length: `used_length` rounded up to `multiple`, at most `full_length`.
-
-    Few distinct lengths means few compiled train steps.
-    """
-    return int(min(full_length, -(-used_length // multiple) * multiple))
-
-
 def build_batch(rollout, advantages_b: np.ndarray, *, ref_logp=None, old_logp=None) -> GRPOBatch:
     """A `GRPOBatch` from a `jaxrl_llm.rollout.Rollout` and per-sequence advantages.
 
-    Columns past the longest prompt + completion are dropped (rounded to a multiple of 32).
+    The batch keeps the rollout's full width (prompt bucket + max_new_tokens) even when every
+    completion ended early: a fixed shape means one compiled train step for the whole run, which
+    on a CPU saves minutes of compilation for seconds of padded compute.
     `old_logp` defaults to the rollout's sampled log-probs, which equal the trainer's tempered
     log-probs when sampling applies no top-k / top-p / min-p filter (a tested invariant).
     """
-    tokens = np.asarray(rollout.tokens)
-    used = int(np.max(np.asarray(rollout.prompt_lengths) + np.asarray(rollout.lengths)))
-    t = trim_length(used, tokens.shape[1])
     old = rollout.logprobs if old_logp is None else old_logp
     ref = jnp.zeros_like(old) if ref_logp is None else ref_logp
     return GRPOBatch(
-        tokens=jnp.asarray(tokens[:, :t], jnp.int32),
-        loss_mask=jnp.asarray(rollout.completion_mask)[:, :t].astype(jnp.float32),
-        old_logp=jnp.asarray(old)[:, :t].astype(jnp.float32),
-        ref_logp=jnp.asarray(ref)[:, :t].astype(jnp.float32),
+        tokens=jnp.asarray(rollout.tokens, jnp.int32),
+        loss_mask=jnp.asarray(rollout.completion_mask).astype(jnp.float32),
+        old_logp=jnp.asarray(old, jnp.float32),
+        ref_logp=jnp.asarray(ref, jnp.float32),
         advantages=jnp.asarray(advantages_b, jnp.float32),
     )
 

@@ -36,6 +36,7 @@ def greedy_accuracy(
     params=None,
     system_prompt=None,
     instruction_suffix: str = "",
+    min_prompt_bucket: int = 16,
 ) -> dict[str, float]:
     """Greedy (temperature 0) accuracy and mean task score over `examples`.
 
@@ -49,6 +50,7 @@ def greedy_accuracy(
             eos_ids=tuple(tokenizer.stop_token_ids()),
             pad_id=tokenizer.pad_token_id or 0,
             min_batch_bucket=batch_size,
+            min_prompt_bucket=min_prompt_bucket,
         ),
     )
     scores, lengths = [], []

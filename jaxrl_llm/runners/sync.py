@@ -117,6 +117,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
         return sequence_logprobs(ref_model, tokens, temperature=config.rollout.temperature)[0]
 
     eval_kwargs = dict(
+        min_prompt_bucket=config.rollout.min_prompt_bucket,
         max_new_tokens=config.eval.max_new_tokens,
         batch_size=config.eval.batch_size,
         system_prompt=config.task.system_prompt,
@@ -141,6 +142,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
             temperature=config.rollout.temperature,
             eos_ids=tuple(tokenizer.stop_token_ids()),
             pad_id=tokenizer.pad_token_id or 0,
+            min_prompt_bucket=config.rollout.min_prompt_bucket,
         ),
     )
     consecutive_nonfinite = 0

@@ -12,7 +12,6 @@ from jaxrl_llm.algorithms import (
     group_advantages,
     grpo_loss,
     split_minibatches,
-    trim_length,
 )
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.rollout.types import Rollout
@@ -78,7 +77,7 @@ def test_group_advantages_and_errors():
         group_advantages(np.zeros(4), 2, estimator="ppo")
 
 
-def test_build_batch_trims_and_split_minibatches():
+def test_build_batch_keeps_rollout_width_and_split_minibatches():
     b, t = 4, 100
     tokens = np.arange(b * t, dtype=np.int32).reshape(b, t)
     mask = np.zeros((b, t), bool)
@@ -86,9 +85,9 @@ def test_build_batch_trims_and_split_minibatches():
     rollout = Rollout(tokens, mask, np.where(mask, -1.0, 0.0).astype(np.float32), np.zeros((b, t), np.float32),
                       np.full(b, 10, np.int32), np.array([10, 3, 40, 5], np.int32), np.zeros(b, np.int32))
     batch = build_batch(rollout, np.array([1, 2, 3, 4], np.float32))
-    assert batch.tokens.shape == (4, 64) == batch.old_logp.shape  # longest is 50 -> 64
-    assert float(batch.old_logp.sum()) == -40.0
-    assert trim_length(50, 100) == 64 and trim_length(99, 100) == 100
+    assert batch.tokens.shape == (4, 100) == batch.old_logp.shape  # one shape: one compile
+    assert float(batch.old_logp.sum()) == -40.0  # 4 rows x 10 completion tokens x -1
+    np.testing.assert_array_equal(np.asarray(batch.loss_mask.sum(1)), [10, 10, 10, 10])
     parts = split_minibatches(batch, 2)
     np.testing.assert_array_equal(np.asarray(parts[1].advantages), [3, 4])
     with pytest.raises(ValueError, match="num_minibatches=3"):
