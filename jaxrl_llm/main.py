@@ -1,5 +1,8 @@
 """Command line: `python -m jaxrl_llm.main --config CONFIG.py --workdir DIR [--config.a.b=value]`.
 
+`--gin_file F.gin` and `--gin_bindings 'GRPOLossConfig.clip_low = 0.1'` (both repeatable) bind the
+hyper-parameters registered in `jaxrl_llm.gin_bindings`; a binding wins over the config field.
+
 Parses flags and calls `jaxrl_llm.runners.train(config, workdir)`; nothing else lives here.
 """
 
@@ -14,6 +17,12 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", None, "A config file with get_config().")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics); resumes if it has a checkpoint.")
 _NO_PROGRESS = flags.DEFINE_bool("no_progress", False, "Hide the progress bar.")
+_GIN_FILES = flags.DEFINE_multi_string(
+    "gin_file", [], "gin files binding hyper-parameters (see jaxrl_llm/gin_bindings.py); repeatable."
+)
+_GIN_BINDINGS = flags.DEFINE_multi_string(
+    "gin_bindings", [], "gin bindings, e.g. 'GRPOLossConfig.clip_low = 0.1'; repeatable, after --gin_file."
+)
 _CACHE = flags.DEFINE_string(
     "compilation_cache",
     os.path.join(os.path.expanduser("~"), ".cache", "jaxrl_llm", "xla"),
@@ -38,10 +47,25 @@ def main(argv):
         raise app.UsageError("--config and --workdir are required.")
     try:
         validate_config(config)
+        gin_text = _parse_gin(_GIN_FILES.value, _GIN_BINDINGS.value)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if gin_text:
+        # gin bindings win over the config fields they shadow; keep them next to config.json.
+        os.makedirs(_WORKDIR.value, exist_ok=True)
+        with open(os.path.join(_WORKDIR.value, "config.gin"), "w") as f:
+            f.write(gin_text)
     train(config, _WORKDIR.value, progress=not _NO_PROGRESS.value)
+
+
+def _parse_gin(gin_files, gin_bindings) -> str:
+    """Parses --gin_file / --gin_bindings (nothing when both are empty); returns the gin text."""
+    if not gin_files and not gin_bindings:
+        return ""
+    from jaxrl_llm import gin_bindings as gin_lib
+
+    return gin_lib.parse(gin_files, gin_bindings)
 
 
 def _parse_flags(argv):

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import ml_collections
 
+from jaxrl_llm import gin_bindings
 from jaxrl_llm.data import PromptBatcher, ReasoningGymSource
 from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretrained, init_model
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
@@ -51,13 +52,25 @@ def load_policy(config: ml_collections.ConfigDict) -> tuple[Transformer, Tokeniz
 
 
 def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
-    """The weighted reward functions of `config.rewards` ("task" always present for accuracy)."""
-    functions = {"task": task_reward}
+    """The weighted reward functions of `config.rewards` ("task" always present for accuracy).
+
+    gin bindings win: `format_reward.max_chars = 40`, `RewardRunner.timeout_s = 2.0`, or a whole
+    `RewardRunner.functions = {"task": @task_reward, ...}` with matching `RewardRunner.weights`.
+    """
+    functions = {"task": gin_bindings.bound(task_reward)}
     weights = {"task": config.rewards.task_weight}
     if config.rewards.format_weight:
-        functions["format"] = format_reward
+        functions["format"] = gin_bindings.bound(format_reward)
         weights["format"] = config.rewards.format_weight
-    return RewardRunner(functions, weights=weights, timeout_s=config.rewards.timeout_s)
+    runner = gin_bindings.configured(
+        RewardRunner, functions=functions, weights=weights, timeout_s=config.rewards.timeout_s
+    )
+    if "task" not in runner.functions:
+        raise ValueError(
+            f"gin: RewardRunner.functions must include 'task' (accuracy is measured with it); "
+            f"got {sorted(runner.functions)}."
+        )
+    return runner
 
 
 def build_parts(config: ml_collections.ConfigDict) -> RunParts:
@@ -73,7 +86,8 @@ def build_parts(config: ml_collections.ConfigDict) -> RunParts:
     batcher = PromptBatcher(train_source, batch_size=config.rollout.num_prompts, seed=config.seed)
     updates = config.train.num_steps * config.train.num_minibatches
     o = config.optimizer
-    optimizer = make_optimizer(
+    optimizer = gin_bindings.configured(  # `make_optimizer.b2 = ...` wins
+        make_optimizer,
         learning_rate=o.learning_rate,
         warmup_steps=o.warmup_steps,
         total_steps=updates,

@@ -19,6 +19,7 @@ import numpy as np
 import tqdm
 from flax import nnx
 
+from jaxrl_llm import gin_bindings
 from jaxrl_llm.algorithms.grpo import (
     GRPOLossConfig,
     build_batch,
@@ -52,7 +53,9 @@ def rollout_seed(seed: int, step: int) -> int:
 
 def _loss_config(config) -> GRPOLossConfig:
     loss = config.loss
-    return GRPOLossConfig(
+    # gin bindings (`GRPOLossConfig.clip_low = ...`) win over these config values.
+    return gin_bindings.configured(
+        GRPOLossConfig,
         clip_low=loss.clip_low,
         clip_high=loss.clip_high,
         kl_beta=loss.kl_beta,
@@ -92,6 +95,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     model, tokenizer, rewards = parts.model, parts.tokenizer, parts.rewards
     graphdef, state = create_train_state(model, parts.optimizer)
     loss_config = _loss_config(config)
+    advantage_kwargs = gin_bindings.resolve(  # `group_advantages.estimator = ...` wins
+        "group_advantages", estimator=config.loss.advantage, normalize_std=config.loss.normalize_std
+    )
     train_step = make_train_step(
         graphdef, parts.optimizer, lambda m, b: grpo_loss(m, b, config=loss_config)
     )
@@ -164,9 +170,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
         t_reward = time.time()
         reward_out = rewards(group_texts, completions, group_examples)
         t_train = time.time()
-        advantages = group_advantages(
-            reward_out.total, group, estimator=config.loss.advantage, normalize_std=config.loss.normalize_std
-        )
+        advantages = group_advantages(reward_out.total, group, **advantage_kwargs)
         ref_logp = None
         if ref_params is not None:
             ref_logp = reference_logprobs(ref_params, rollout.tokens)

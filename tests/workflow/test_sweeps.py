@@ -1,0 +1,227 @@
+"""Sweeps as data (product / zip helpers, sweep files) and the launcher's scheduling, tables and
+XManager job specs, with cheap stand-in commands instead of training runs."""
+
+import csv
+import glob
+import inspect
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jaxrl_llm import gin_bindings, launch, plots, sweeps
+from jaxrl_llm.metrics import MetricsWriter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")
+GIN = os.path.join(ROOT, "experiments", "gin", "clip_rloo.gin")
+
+
+def test_axis_product_zip_concat_values():
+    a = sweeps.axis("loss.advantage", ["grpo", "rloo"])
+    b = sweeps.axis("seed", [0, 1, 2])
+    assert a == [{"loss.advantage": "grpo"}, {"loss.advantage": "rloo"}]
+    grid = sweeps.product(a, b)
+    assert len(grid) == 6
+    assert grid[:3] == [
+        {"loss.advantage": "grpo", "seed": s} for s in (0, 1, 2)
+    ]  # first varies slowest
+    assert sweeps.zipped(a, sweeps.axis("seed", [5, 6])) == [
+        {"loss.advantage": "grpo", "seed": 5},
+        {"loss.advantage": "rloo", "seed": 6},
+    ]
+    assert sweeps.product(sweeps.fixed({"train.num_steps": 3}), b)[2] == {
+        "train.num_steps": 3,
+        "seed": 2,
+    }
+    assert sweeps.concat(a, b) == a + b
+
+
+def test_helpers_reject_ambiguous_sweeps():
+    with pytest.raises(ValueError, match="different lengths"):
+        sweeps.zipped(sweeps.axis("seed", [0, 1]), sweeps.axis("loss.agg", ["token-mean"]))
+    with pytest.raises(ValueError, match=r"\['seed'\] are set by two"):
+        sweeps.product(sweeps.axis("seed", [0]), sweeps.axis("seed", [1]))
+    with pytest.raises(TypeError, match="must be a list"):
+        sweeps.axis("task.name", "chain_sum")
+    with pytest.raises(ValueError, match="no values"):
+        sweeps.axis("seed", [])
+
+
+def test_trial_names_and_gin_keys():
+    trial = {"loss.clip_high": 0.28, "gin/format_reward.max_chars": 40}
+    assert sweeps.trial_name(3, trial) == "003_clip_high=0.28_max_chars=40"
+    assert (
+        sweeps.trial_name(0, {"task.system_prompt": "Be brief / exact"})
+        == "000_system_prompt=Be-brief-exact"
+    )
+    assert sweeps.split(trial) == ({"loss.clip_high": 0.28}, ["format_reward.max_chars = 40"])
+
+
+@pytest.mark.parametrize(
+    "path", sorted(glob.glob(os.path.join(ROOT, "experiments", "sweeps", "*.py")))
+)
+def test_every_sweep_file_loads_and_validates_against_its_config(path):
+    trials = sweeps.load_sweep(path)
+    configs = sweeps.check_trials(TINY, trials)
+    assert len(configs) == len(trials) >= 2
+    for trial, config in zip(trials, configs, strict=True):
+        for key, value in sweeps.split(trial)[0].items():
+            node = config
+            for part in key.split("."):
+                node = node[part]
+            assert node == value
+
+
+def test_check_trials_names_the_bad_trial(tmp_path):
+    bad = [{"seed": 1}, {"loss.clip_hihg": 0.3}]
+    with pytest.raises(ValueError, match=r"sweep trial 1 .*Did you mean loss.clip_high"):
+        sweeps.check_trials(TINY, bad)
+    with pytest.raises(ValueError, match=r"sweep trial 0 .*rollout.group_size must be >= 2"):
+        sweeps.check_trials(TINY, [{"rollout.group_size": 1}])
+    path = tmp_path / "s.py"
+    path.write_text("def sweep():\n    return {'seed': 1}\n")
+    with pytest.raises(ValueError, match="must return a non-empty list"):
+        sweeps.load_sweep(str(path))
+    path.write_text("trials = []\n")
+    with pytest.raises(AttributeError, match="must define `sweep\\(\\)`"):
+        sweeps.load_sweep(str(path))
+
+
+def test_plan_builds_one_command_per_trial(tmp_path):
+    trials = [{"loss.advantage": "rloo", "eval.before": False, "gin/format_reward.max_chars": 9}]
+    [trial] = launch.plan(
+        TINY,
+        trials,
+        str(tmp_path),
+        base={"train.num_steps": 2, "seed": 7},
+        gin_files=[GIN],
+        gin_bindings=["make_optimizer.b2 = 0.9"],
+    )
+    assert trial.workdir == str(tmp_path / "000_advantage=rloo_before=False_max_chars=9")
+    assert trial.num_steps == 2
+    assert trial.argv[:3] == (sys.executable, "-m", "jaxrl_llm.main")
+    assert list(trial.argv[7:]) == [
+        "--no_progress",
+        "--config.train.num_steps=2",
+        "--config.seed=7",
+        "--config.loss.advantage=rloo",
+        "--config.eval.before=false",
+        f"--gin_file={GIN}",
+        "--gin_bindings=make_optimizer.b2 = 0.9",
+        "--gin_bindings=format_reward.max_chars = 9",
+    ]
+    assert launch.flag_value(1e-5) == "1e-05" and launch.parse_value("1e-5") == 1e-5
+    assert launch.parse_value("rloo") == "rloo" and launch.parse_value("False") is False
+
+
+def _fake_trials(tmp_path, codes):
+    """Trials whose command logs its start/end times and exits with the given code."""
+    trials = []
+    for i, code in enumerate(codes):
+        workdir = str(tmp_path / f"{i:03d}")
+        script = (
+            "import json, os, sys, time; t0 = time.time(); time.sleep(0.5); "
+            f"os.makedirs({workdir!r}, exist_ok=True); "
+            f"open(os.path.join({workdir!r}, 'times.json'), 'w').write(json.dumps([t0, time.time()])); "
+            f"print('trial {i}'); sys.exit({code})"
+        )
+        trials.append(
+            launch.Trial(i, f"{i:03d}", {"seed": i}, workdir, (sys.executable, "-c", script), 1)
+        )
+    return trials
+
+
+def test_run_local_bounds_parallelism_and_records_failures(tmp_path):
+    trials = _fake_trials(tmp_path, [0, 0, 3, 0, 0])
+    messages = []
+    results = launch.run_local(trials, parallel=2, poll_s=0.02, log=messages.append)
+    assert [r.status for r in results] == ["ok", "ok", "failed", "ok", "ok"]
+    assert [r.returncode for r in results] == [0, 0, 3, 0, 0]
+    spans = [json.load(open(os.path.join(t.workdir, "times.json"))) for t in trials]
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    assert peak == 2  # two at a time, never three
+    assert open(os.path.join(trials[2].workdir, "log.txt")).read() == "trial 2\n"
+    assert any("failed (exit 3" in m for m in messages)
+
+
+def test_finished_trials_are_reused(tmp_path):
+    [trial] = _fake_trials(tmp_path, [0])
+    os.makedirs(trial.workdir)
+    with open(os.path.join(trial.workdir, "summary.json"), "w") as f:
+        json.dump({"steps": 1}, f)
+    assert [r.status for r in launch.run_local([trial])] == ["reused"]
+    assert [r.status for r in launch.run_local([trial], rerun=True)] == ["ok"]
+
+
+def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
+    trials = _fake_trials(tmp_path, [0, 1])
+    values = {0: [0.1, 1 / 3], 1: [0.25, 2 / 7]}
+    for t in trials:
+        writer = MetricsWriter(t.workdir, tensorboard=False)
+        writer.write_scalars(0, {"eval/accuracy": 0.0})
+        for step, v in enumerate(values[t.index], start=1):
+            writer.write_scalars(
+                step, {"reward/mean": v, "train/entropy": 2 * v, "train/approx_kl": v / 10}
+            )
+        writer.write_scalars(2, {"eval/accuracy": 0.125 * (t.index + 1)})
+        writer.close()
+    results = [
+        launch.TrialResult(trials[0], "ok", 0, 1.0),
+        launch.TrialResult(trials[1], "failed", 1, 2.0),
+    ]
+    csv_path, md_path = launch.write_summary(str(tmp_path), results)
+    rows = list(csv.DictReader(open(csv_path)))
+    assert [r["trial"] for r in rows] == ["000", "001"]
+    assert [r["status"] for r in rows] == ["ok", "failed"]
+    for row, t in zip(rows, trials, strict=True):
+        assert row["seed"] == str(t.index)
+        assert row["step"] == "2"
+        assert float(row["reward/mean"]) == values[t.index][-1]  # exact: repr round-trips
+        assert float(row["train/entropy"]) == 2 * values[t.index][-1]
+        assert float(row["eval/accuracy"]) == 0.125 * (t.index + 1)
+    assert "train/kl_ref" not in rows[0]  # only metrics some trial logged
+    md = open(md_path).read().splitlines()
+    assert md[0].startswith("| trial | status | seconds | seed | step | reward/mean |")
+    assert md[2].split(" | ")[5] == "0.3333"
+
+
+def test_xmanager_job_script_keeps_the_log_and_exit_code(tmp_path):
+    """What XManager's local executor runs for a trial (`/bin/sh -c ...`), run here without it."""
+    [trial] = _fake_trials(tmp_path, [5])
+    args = launch.xm_job_args(trial)
+    assert args[0] == "-c"
+    proc = subprocess.run(["/bin/sh", *args], timeout=60)
+    assert proc.returncode == 5
+    assert open(os.path.join(trial.workdir, "returncode")).read().strip() == "5"
+    assert open(os.path.join(trial.workdir, "log.txt")).read() == "trial 0\n"
+
+
+def test_xmanager_launcher_runs_local_binaries(tmp_path, monkeypatch):
+    """Runs only where XManager is installed (a separate venv: its protobuf<7 pin conflicts with
+    constraints.txt); then it needs no Docker: trials are `xm.binary` jobs on `xm_local.Local()`."""
+    pytest.importorskip("xmanager", reason="XManager is not installed (optional `xmanager` extra)")
+    monkeypatch.setenv("HOME", str(tmp_path))  # XManager's sqlite database goes under ~/.xmanager
+    trials = _fake_trials(tmp_path, [0, 2, 0])
+    start = time.time()
+    results = launch.run_xmanager(trials, parallel=2, log=lambda m: None)
+    assert [r.status for r in results] == ["ok", "failed", "ok"]
+    assert [r.returncode for r in results] == [0, 2, 0]
+    assert time.time() - start < 60
+
+
+@pytest.mark.parametrize("module", [gin_bindings, launch, plots, sweeps], ids=lambda m: m.__name__)
+def test_public_names_have_docstrings(module):
+    assert module.__doc__ and module.__doc__.strip()
+    for name, obj in vars(module).items():
+        if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            continue
+        if obj.__module__ == module.__name__:
+            assert obj.__doc__ and obj.__doc__.strip(), f"{module.__name__}.{name}"
