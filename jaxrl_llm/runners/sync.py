@@ -64,6 +64,7 @@ def _loss_config(config) -> GRPOLossConfig:
         agg=loss.agg,
         norm_len=config.rollout.max_new_tokens if loss.agg == "seq-mean-token-sum-norm" else None,
         temperature=config.rollout.temperature,
+        remat=config.train.remat,
     )
 
 
