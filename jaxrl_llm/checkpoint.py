@@ -80,7 +80,12 @@ class Checkpointer:
                 return self.restore(step, abstract_state)
             except Exception as e:  # orbax raises many types for truncated or foreign files
                 path = os.path.join(self.directory, str(step))
-                log.warning("Checkpoint %s cannot be restored (%s: %s); trying an older one.", path, type(e).__name__, e)
+                log.warning(
+                    "Checkpoint %s cannot be restored (%s: %s); trying an older one.",
+                    path,
+                    type(e).__name__,
+                    e,
+                )
                 errors.append(f"{path}: {type(e).__name__}: {e}")
         if errors:
             raise CorruptCheckpointError(
@@ -98,5 +103,6 @@ class Checkpointer:
 def abstract_like(tree: Any) -> Any:
     """`jax.ShapeDtypeStruct`s (with shardings) of a pytree of arrays, a restore target."""
     return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), tree
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
+        tree,
     )

@@ -37,7 +37,9 @@ def grpo_config() -> ml_collections.ConfigDict:
     # reasoning-gym generator; SmolLM2-135M-Instruct starts near 30% here (last-number answers).
     c.task.name = "chain_sum"
     # Keyword arguments of the generator: two terms of one or two digits.
-    c.task.kwargs = ml_collections.ConfigDict(dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2))
+    c.task.kwargs = ml_collections.ConfigDict(
+        dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2)
+    )
     # Size of the training pool (cycled in seeded epochs) and its seed offset.
     c.task.train_size = 10_000
     # Held-out evaluation prompts: same generator, another seed.
@@ -120,9 +122,19 @@ def grpo_config() -> ml_collections.ConfigDict:
 
 
 _POSITIVE_INTS = (
-    "rollout.num_prompts", "rollout.group_size", "rollout.max_new_tokens", "train.num_steps",
-    "train.num_minibatches", "train.checkpoint_every", "rollout.min_prompt_bucket", "train.sample_every", "eval.batch_size",
-    "eval.max_new_tokens", "task.train_size", "task.eval_size", "train.max_consecutive_nonfinite",
+    "rollout.num_prompts",
+    "rollout.group_size",
+    "rollout.max_new_tokens",
+    "train.num_steps",
+    "train.num_minibatches",
+    "train.checkpoint_every",
+    "rollout.min_prompt_bucket",
+    "train.sample_every",
+    "eval.batch_size",
+    "eval.max_new_tokens",
+    "task.train_size",
+    "task.eval_size",
+    "train.max_consecutive_nonfinite",
 )
 
 
@@ -146,15 +158,25 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"num_prompts * group_size = {sequences} sequences per step."
         )
     if config.rollout.group_size < 2:
-        raise ValueError("config.rollout.group_size must be >= 2: GRPO compares completions within a group.")
+        raise ValueError(
+            "config.rollout.group_size must be >= 2: GRPO compares completions within a group."
+        )
     if not config.rollout.temperature > 0:
-        raise ValueError(f"config.rollout.temperature={config.rollout.temperature} must be > 0 for training.")
+        raise ValueError(
+            f"config.rollout.temperature={config.rollout.temperature} must be > 0 for training."
+        )
     if config.model.init not in ("pretrained", "random"):
-        raise ValueError(f"config.model.init={config.model.init!r} must be 'pretrained' or 'random'.")
+        raise ValueError(
+            f"config.model.init={config.model.init!r} must be 'pretrained' or 'random'."
+        )
     if config.model.dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"config.model.dtype={config.model.dtype!r} must be 'float32' or 'bfloat16'.")
+        raise ValueError(
+            f"config.model.dtype={config.model.dtype!r} must be 'float32' or 'bfloat16'."
+        )
     if config.loss.advantage not in ("grpo", "rloo"):
-        raise ValueError(f"config.loss.advantage={config.loss.advantage!r} must be 'grpo' or 'rloo'.")
+        raise ValueError(
+            f"config.loss.advantage={config.loss.advantage!r} must be 'grpo' or 'rloo'."
+        )
     if config.loss.kl_beta < 0:
         raise ValueError(f"config.loss.kl_beta={config.loss.kl_beta} must be >= 0.")
 
@@ -169,7 +191,9 @@ def _flatten(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
     return keys
 
 
-def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
+def apply_overrides(
+    config: ml_collections.ConfigDict, overrides: Mapping[str, Any]
+) -> ml_collections.ConfigDict:
     """Sets dotted `overrides` ({"rollout.group_size": 4}) on a locked config, in place.
 
     Raises:

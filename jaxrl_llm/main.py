@@ -15,13 +15,19 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "A config file with get_config().")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics); resumes if it has a checkpoint.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Run directory (checkpoints, metrics); resumes if it has a checkpoint."
+)
 _NO_PROGRESS = flags.DEFINE_bool("no_progress", False, "Hide the progress bar.")
 _GIN_FILES = flags.DEFINE_multi_string(
-    "gin_file", [], "gin files binding hyper-parameters (see jaxrl_llm/gin_bindings.py); repeatable."
+    "gin_file",
+    [],
+    "gin files binding hyper-parameters (see jaxrl_llm/gin_bindings.py); repeatable.",
 )
 _GIN_BINDINGS = flags.DEFINE_multi_string(
-    "gin_bindings", [], "gin bindings, e.g. 'GRPOLossConfig.clip_low = 0.1'; repeatable, after --gin_file."
+    "gin_bindings",
+    [],
+    "gin bindings, e.g. 'GRPOLossConfig.clip_low = 0.1'; repeatable, after --gin_file.",
 )
 _CACHE = flags.DEFINE_string(
     "compilation_cache",

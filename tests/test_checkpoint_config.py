@@ -3,7 +3,6 @@
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -16,7 +15,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _state(seed):
-    return create_train_state(init_model(tiny_config(), seed=seed), make_optimizer(learning_rate=1e-3))[1]
+    return create_train_state(
+        init_model(tiny_config(), seed=seed), make_optimizer(learning_rate=1e-3)
+    )[1]
 
 
 def test_round_trip_and_fallback_past_corrupt_checkpoint(tmp_path):
@@ -26,7 +27,9 @@ def test_round_trip_and_fallback_past_corrupt_checkpoint(tmp_path):
     ckpt.save(2, s2, {"step": 2, "data": {"position": 16}})
     state, meta = ckpt.restore_latest(abstract_like(s1))
     assert meta == {"step": 2, "data": {"position": 16}}
-    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, state), jax.tree.map(np.asarray, s2))
+    jax.tree.map(
+        np.testing.assert_array_equal, jax.tree.map(np.asarray, state), jax.tree.map(np.asarray, s2)
+    )
     # Corrupt every file of step 2: the loader warns and takes step 1; nothing is deleted.
     for root, _, files in os.walk(tmp_path / "ckpt" / "2"):
         for name in files:
@@ -34,7 +37,9 @@ def test_round_trip_and_fallback_past_corrupt_checkpoint(tmp_path):
                 f.write(b"\x00garbage")
     state, meta = ckpt.restore_latest(abstract_like(s1))
     assert meta["step"] == 1
-    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, state), jax.tree.map(np.asarray, s1))
+    jax.tree.map(
+        np.testing.assert_array_equal, jax.tree.map(np.asarray, state), jax.tree.map(np.asarray, s1)
+    )
     assert os.path.isdir(tmp_path / "ckpt" / "2")
     for root, _, files in os.walk(tmp_path / "ckpt" / "1"):
         for name in files:
@@ -62,7 +67,9 @@ def test_unknown_key_lists_close_matches_and_bad_values_name_the_field():
 
 def test_load_config_validates(tmp_path):
     with pytest.raises(ValueError, match="temperature=0.0 must be > 0"):
-        load_config(os.path.join(ROOT, "experiments/configs/grpo_tiny.py"), {"rollout.temperature": 0.0})
+        load_config(
+            os.path.join(ROOT, "experiments/configs/grpo_tiny.py"), {"rollout.temperature": 0.0}
+        )
     config = load_config(os.path.join(ROOT, "experiments/configs/grpo_smollm2.py"))
     assert config.model.name == "smollm2-135m-instruct"
     with pytest.raises(FileNotFoundError, match="Config file not found"):

@@ -65,8 +65,15 @@ def run_trl(args, export_dir: str) -> dict:
     from jaxrl_llm.rewards import task_reward
 
     torch.manual_seed(0)
-    source = ReasoningGymSource("chain_sum", seed=0, size=PROMPTS * (args.steps + 1),
-                                min_terms=2, max_terms=2, min_digits=1, max_digits=2)
+    source = ReasoningGymSource(
+        "chain_sum",
+        seed=0,
+        size=PROMPTS * (args.steps + 1),
+        min_terms=2,
+        max_terms=2,
+        min_digits=1,
+        max_digits=2,
+    )
     examples = {e.question: e for e in source}
     dataset = datasets.Dataset.from_list(
         [{"prompt": [{"role": "user", "content": q}], "question": q} for q in examples]
@@ -75,7 +82,7 @@ def run_trl(args, export_dir: str) -> dict:
     def reward(prompts, completions, question, **_):
         return [
             task_reward("", c[0]["content"] if isinstance(c, list) else c, examples[q])
-            for c, q in zip(completions, question)
+            for c, q in zip(completions, question, strict=True)
         ]
 
     model = transformers.AutoModelForCausalLM.from_pretrained(export_dir, torch_dtype=torch.float32)
@@ -119,23 +126,33 @@ def run_trl(args, export_dir: str) -> dict:
         bf16=False,
         seed=0,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[Timer()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[Timer()],
+    )
     trainer.train()
     steps = step_times[1:]
-    gen = generate_s[1:] if len(generate_s) == len(step_times) else generate_s[-len(steps):]
+    gen = generate_s[1:] if len(generate_s) == len(step_times) else generate_s[-len(steps) :]
     return {
         "step_s": statistics.median(steps),
         "rollout_s": statistics.median(gen),
         "reward_s": float("nan"),
-        "train_s": statistics.median(s - g for s, g in zip(steps, gen)),
+        "train_s": statistics.median(s - g for s, g in zip(steps, gen, strict=False)),
         "completion_tokens": statistics.mean(lengths[1:]) if len(lengths) > 1 else float("nan"),
     }
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per side (after 1 warm-up)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--steps", type=int, default=3, help="timed steps per side (after 1 warm-up)"
+    )
     parser.add_argument("--skip-trl", action="store_true")
     args = parser.parse_args()
     results = {}
@@ -151,16 +168,24 @@ def main():
             del model
             results["TRL GRPOTrainer"] = run_trl(args, os.path.join(tmp, "export"))
 
-    print(f"\nGRPO step, SmolLM2-135M-Instruct float32, {PROMPTS} prompts x {GROUP} completions, "
-          f"<= {MAX_NEW} new tokens, beta 0, median of {args.steps} steps after 1 warm-up")
-    print(f"{'system':<18} {'s/step':>8} {'rollout s':>10} {'reward s':>9} {'train s':>8} {'mean completion':>16}")
+    print(
+        f"\nGRPO step, SmolLM2-135M-Instruct float32, {PROMPTS} prompts x {GROUP} completions, "
+        f"<= {MAX_NEW} new tokens, beta 0, median of {args.steps} steps after 1 warm-up"
+    )
+    print(
+        f"{'system':<18} {'s/step':>8} {'rollout s':>10} {'reward s':>9} {'train s':>8} {'mean completion':>16}"
+    )
     for name, r in results.items():
-        print(f"{name:<18} {r['step_s']:8.1f} {r['rollout_s']:10.1f} {r['reward_s']:9.2f} "
-              f"{r['train_s']:8.1f} {r['completion_tokens']:16.1f}")
+        print(
+            f"{name:<18} {r['step_s']:8.1f} {r['rollout_s']:10.1f} {r['reward_s']:9.2f} "
+            f"{r['train_s']:8.1f} {r['completion_tokens']:16.1f}"
+        )
     if len(results) == 2:
         ours, trl = results["jaxrl_llm"], results["TRL GRPOTrainer"]
-        print(f"\nspeed-up per step: {trl['step_s'] / ours['step_s']:.2f}x (target >= 3x); "
-              f"rollout {trl['rollout_s'] / ours['rollout_s']:.2f}x, training {trl['train_s'] / ours['train_s']:.2f}x")
+        print(
+            f"\nspeed-up per step: {trl['step_s'] / ours['step_s']:.2f}x (target >= 3x); "
+            f"rollout {trl['rollout_s'] / ours['rollout_s']:.2f}x, training {trl['train_s'] / ours['train_s']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

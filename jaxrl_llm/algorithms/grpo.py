@@ -110,7 +110,9 @@ def grpo_loss(model, batch: GRPOBatch, *, config: GRPOLossConfig) -> tuple[Array
     loss = pg_loss
     metrics = dict(metrics, pg_loss=pg_loss)
     if config.kl_beta > 0:
-        kl_bt = losses.kl(logp, jax.lax.stop_gradient(batch.ref_logp), estimator=config.kl_estimator)
+        kl_bt = losses.kl(
+            logp, jax.lax.stop_gradient(batch.ref_logp), estimator=config.kl_estimator
+        )
         kl_value = losses.aggregate(kl_bt, mask, mode=config.agg, norm_len=config.norm_len)
         loss = loss + config.kl_beta * kl_value
         metrics["kl_ref"] = losses.masked_mean(kl_bt, mask)
@@ -133,7 +135,9 @@ def group_advantages(
     """
     rewards_b = np.asarray(rewards_b, np.float32)
     if rewards_b.shape[0] % group_size:
-        raise ValueError(f"group_advantages: {rewards_b.shape[0]} rewards is not a multiple of {group_size=}.")
+        raise ValueError(
+            f"group_advantages: {rewards_b.shape[0]} rewards is not a multiple of {group_size=}."
+        )
     rewards_bg = jnp.asarray(rewards_b.reshape(-1, group_size))
     if estimator == "grpo":
         adv = advantages_lib.grpo(rewards_bg, normalize_std=normalize_std)
@@ -168,6 +172,11 @@ def split_minibatches(batch: GRPOBatch, num_minibatches: int) -> list[GRPOBatch]
     """Splits a batch into `num_minibatches` equal contiguous parts along the sequence axis."""
     m = batch.tokens.shape[0]
     if num_minibatches < 1 or m % num_minibatches:
-        raise ValueError(f"num_minibatches={num_minibatches} must divide the {m} sequences of a step.")
+        raise ValueError(
+            f"num_minibatches={num_minibatches} must divide the {m} sequences of a step."
+        )
     size = m // num_minibatches
-    return [jax.tree.map(lambda x, i=i: x[i * size : (i + 1) * size], batch) for i in range(num_minibatches)]
+    return [
+        jax.tree.map(lambda x, i=i: x[i * size : (i + 1) * size], batch)
+        for i in range(num_minibatches)
+    ]

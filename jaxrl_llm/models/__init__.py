@@ -4,7 +4,12 @@ from jaxrl_llm.models.config import ModelConfig, RopeScaling, tiny_config
 from jaxrl_llm.models.gguf_loader import load_gguf
 from jaxrl_llm.models.hf import load_hf_directory, save_hf
 from jaxrl_llm.models.layers import LayerKV
-from jaxrl_llm.models.registry import DEFAULT_MODEL, KNOWN_MODELS, from_pretrained, resolve_model_path
+from jaxrl_llm.models.registry import (
+    DEFAULT_MODEL,
+    KNOWN_MODELS,
+    from_pretrained,
+    resolve_model_path,
+)
 from jaxrl_llm.models.tokenizer import Tokenizer
 from jaxrl_llm.models.transformer import KV_CACHE_LOGICAL_AXES, KVCache, Transformer, init_model
 

@@ -106,9 +106,7 @@ class ModelConfig:
         if self.head_dim % 2:
             raise ValueError(f"ModelConfig: head_dim={self.head_dim} must be even for RoPE.")
         if self.dtype not in _DTYPES:
-            raise ValueError(
-                f"ModelConfig: dtype={self.dtype!r} is not one of {sorted(_DTYPES)}."
-            )
+            raise ValueError(f"ModelConfig: dtype={self.dtype!r} is not one of {sorted(_DTYPES)}.")
         if self.rms_norm_eps <= 0:
             raise ValueError(f"ModelConfig: rms_norm_eps={self.rms_norm_eps} must be > 0.")
 

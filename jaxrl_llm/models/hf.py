@@ -53,7 +53,9 @@ def config_from_hf(hf: dict[str, Any], *, dtype: str = "float32", source: str = 
                 original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
             )
         elif kind not in (None, "default"):
-            raise ValueError(f"{source}: rope scaling type {kind!r} is not implemented (llama3 is).")
+            raise ValueError(
+                f"{source}: rope scaling type {kind!r} is not implemented (llama3 is)."
+            )
     eos = hf.get("eos_token_id")
     if isinstance(eos, list):
         eos = eos[0] if eos else None

@@ -171,7 +171,10 @@ def grouped_query_attention(q_btnh: Array, k_bskh: Array, v_bskh: Array, mask_bt
     kv_heads = k_bskh.shape[2]
     q_btkgh = q_btnh.reshape(b, t, kv_heads, n // kv_heads, h)
     scores = jnp.einsum(
-        "btkgh,bskh->bkgts", q_btkgh, k_bskh.astype(q_btnh.dtype), preferred_element_type=jnp.float32
+        "btkgh,bskh->bkgts",
+        q_btkgh,
+        k_bskh.astype(q_btnh.dtype),
+        preferred_element_type=jnp.float32,
     ) / math.sqrt(h)
     scores = jnp.where(mask_bts[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(scores, axis=-1).astype(q_btnh.dtype)

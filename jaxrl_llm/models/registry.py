@@ -38,7 +38,9 @@ def resolve_model_path(name_or_path: str) -> str:
             )
         path = os.path.join(spec.submodule_search_locations[0], filename)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{package} is installed but {path!r} is missing; reinstall it.")
+            raise FileNotFoundError(
+                f"{package} is installed but {path!r} is missing; reinstall it."
+            )
         return path
     if os.path.exists(name_or_path):
         return name_or_path
@@ -54,7 +56,9 @@ def _dtype_name(dtype) -> str:
     return jnp.dtype(dtype).name
 
 
-def from_pretrained(name_or_path: str = DEFAULT_MODEL, *, dtype=jnp.float32) -> tuple[Transformer, Tokenizer]:
+def from_pretrained(
+    name_or_path: str = DEFAULT_MODEL, *, dtype=jnp.float32
+) -> tuple[Transformer, Tokenizer]:
     """Loads a model and its tokenizer.
 
     Args:

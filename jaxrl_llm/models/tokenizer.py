@@ -180,7 +180,9 @@ class Tokenizer:
         """Token ids of `text`. Special-token strings inside the text map to their ids."""
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def batch_encode(self, texts: Sequence[str], *, add_special_tokens: bool = False) -> list[list[int]]:
+    def batch_encode(
+        self, texts: Sequence[str], *, add_special_tokens: bool = False
+    ) -> list[list[int]]:
         """Token ids of each text (ragged lists; no padding)."""
         encodings = self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return [e.ids for e in encodings]

@@ -97,4 +97,6 @@ def build_parts(config: ml_collections.ConfigDict) -> RunParts:
         b2=o.b2,
         max_grad_norm=o.max_grad_norm,
     )
-    return RunParts(model, tokenizer, train_source, eval_source, batcher, build_rewards(config), optimizer)
+    return RunParts(
+        model, tokenizer, train_source, eval_source, batcher, build_rewards(config), optimizer
+    )

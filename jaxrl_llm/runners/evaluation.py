@@ -11,10 +11,17 @@ from jaxrl_llm.rewards import RewardRunner, accuracy
 from jaxrl_llm.rollout import GenerationConfig, Generator
 
 
-def prompt_ids(tokenizer, examples: Sequence[Example], *, system_prompt=None, instruction_suffix="") -> tuple[list[str], list[list[int]]]:
+def prompt_ids(
+    tokenizer, examples: Sequence[Example], *, system_prompt=None, instruction_suffix=""
+) -> tuple[list[str], list[list[int]]]:
     """Rendered chat prompts and their token ids."""
     texts = [
-        render_prompt(tokenizer, e.question, system_prompt=system_prompt, instruction_suffix=instruction_suffix)
+        render_prompt(
+            tokenizer,
+            e.question,
+            system_prompt=system_prompt,
+            instruction_suffix=instruction_suffix,
+        )
         for e in examples
     ]
     return texts, tokenizer.batch_encode(texts)
@@ -56,7 +63,9 @@ def greedy_accuracy(
     scores, lengths = [], []
     for start in range(0, len(examples), batch_size):
         chunk = list(examples[start : start + batch_size])
-        texts, ids = prompt_ids(tokenizer, chunk, system_prompt=system_prompt, instruction_suffix=instruction_suffix)
+        texts, ids = prompt_ids(
+            tokenizer, chunk, system_prompt=system_prompt, instruction_suffix=instruction_suffix
+        )
         rollout = generator(ids, seed=0, params=params)
         out = rewards(texts, completion_texts(tokenizer, rollout), chunk)
         scores.extend(out.per_function["task"].tolist())

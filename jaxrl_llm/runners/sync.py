@@ -73,7 +73,9 @@ def _mean_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {k: float(np.mean([float(r[k]) for r in rows])) for k in keys}
 
 
-def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True) -> dict[str, Any]:
+def train(
+    config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True
+) -> dict[str, Any]:
     """Runs GRPO as configured, resuming from `workdir`'s latest checkpoint if there is one.
 
     Writes `metrics.jsonl`, `samples.jsonl`, TensorBoard events, `checkpoints/` and, at the end,
@@ -133,7 +135,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     eval_examples = [parts.eval_source[i] for i in range(len(parts.eval_source))]
     if config.eval.before and meta.get("eval_before") is None:
         t0 = time.time()
-        meta["eval_before"] = greedy_accuracy(model, tokenizer, eval_examples, rewards, params=state.params, **eval_kwargs)
+        meta["eval_before"] = greedy_accuracy(
+            model, tokenizer, eval_examples, rewards, params=state.params, **eval_kwargs
+        )
         writer.write_scalars(0, {f"eval/{k}": v for k, v in meta["eval_before"].items()})
         print(
             f"[jaxrl_llm] held-out greedy accuracy before training: "
@@ -154,19 +158,30 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
     )
     consecutive_nonfinite = 0
     bar = tqdm.trange(
-        meta["step"], config.train.num_steps, initial=meta["step"], total=config.train.num_steps,
-        desc="GRPO", disable=not progress, dynamic_ncols=True,
+        meta["step"],
+        config.train.num_steps,
+        initial=meta["step"],
+        total=config.train.num_steps,
+        desc="GRPO",
+        disable=not progress,
+        dynamic_ncols=True,
     )
     for step in bar:
         t_step = time.time()
         examples = next(parts.batcher)
         texts, ids = prompt_ids(
-            tokenizer, examples, system_prompt=config.task.system_prompt,
+            tokenizer,
+            examples,
+            system_prompt=config.task.system_prompt,
             instruction_suffix=config.task.instruction_suffix,
         )
         group_texts = [t for t in texts for _ in range(group)]
         group_examples = [e for e in examples for _ in range(group)]
-        rollout = generator([i for i in ids for _ in range(group)], seed=rollout_seed(config.seed, step), params=state.params)
+        rollout = generator(
+            [i for i in ids for _ in range(group)],
+            seed=rollout_seed(config.seed, step),
+            params=state.params,
+        )
         completions = completion_texts(tokenizer, rollout)
         t_reward = time.time()
         reward_out = rewards(group_texts, completions, group_examples)
@@ -200,15 +215,24 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
         }
         writer.write_scalars(step + 1, scalars)
         if config.train.sample_every and (step + 1) % config.train.sample_every == 0:
-            writer.write_samples(step + 1, [
-                {"prompt": examples[i // group].question, "completion": completions[i],
-                 "reward": float(reward_out.total[i]), "answer": examples[i // group].answer}
-                for i in range(0, len(completions), group)
-            ])
+            writer.write_samples(
+                step + 1,
+                [
+                    {
+                        "prompt": examples[i // group].question,
+                        "completion": completions[i],
+                        "reward": float(reward_out.total[i]),
+                        "answer": examples[i // group].answer,
+                    }
+                    for i in range(0, len(completions), group)
+                ],
+            )
         bar.set_postfix(
-            reward=f"{scalars['reward/mean']:.2f}", acc=f"{scalars['reward/accuracy']:.2f}",
+            reward=f"{scalars['reward/mean']:.2f}",
+            acc=f"{scalars['reward/accuracy']:.2f}",
             kl=f"{step_metrics.get('kl_ref', step_metrics['approx_kl']):.4f}",
-            ent=f"{step_metrics['entropy']:.2f}", len=f"{scalars['completion/length']:.0f}",
+            ent=f"{step_metrics['entropy']:.2f}",
+            len=f"{scalars['completion/length']:.0f}",
             t=f"{scalars['time/rollout_s']:.0f}/{scalars['time/reward_s']:.0f}/{scalars['time/train_s']:.0f}s",
         )
 
@@ -235,8 +259,12 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = T
 
     summary: dict[str, Any] = {"steps": meta["step"], "eval_before": meta.get("eval_before")}
     if config.eval.after:
-        summary["eval_after"] = greedy_accuracy(model, tokenizer, eval_examples, rewards, params=state.params, **eval_kwargs)
-        writer.write_scalars(meta["step"], {f"eval/{k}": v for k, v in summary["eval_after"].items()})
+        summary["eval_after"] = greedy_accuracy(
+            model, tokenizer, eval_examples, rewards, params=state.params, **eval_kwargs
+        )
+        writer.write_scalars(
+            meta["step"], {f"eval/{k}": v for k, v in summary["eval_after"].items()}
+        )
     summary["wall_time_s"] = time.time() - start_time
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2)

@@ -8,7 +8,11 @@ SCHEDULES = ("constant", "cosine", "linear")
 
 
 def learning_rate_schedule(
-    *, learning_rate: float, warmup_steps: int = 0, total_steps: int | None = None, schedule: str = "constant"
+    *,
+    learning_rate: float,
+    warmup_steps: int = 0,
+    total_steps: int | None = None,
+    schedule: str = "constant",
 ) -> optax.Schedule:
     """Linear warmup from 0 to `learning_rate` over `warmup_steps`, then constant/cosine/linear decay.
 
@@ -67,7 +71,10 @@ def make_optimizer(
       >>> tx = make_optimizer(learning_rate=1e-5, warmup_steps=10, max_grad_norm=1.0)
     """
     lr = learning_rate_schedule(
-        learning_rate=learning_rate, warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
+        total_steps=total_steps,
+        schedule=schedule,
     )
     adamw = optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
     if max_grad_norm is None:

@@ -34,7 +34,9 @@ class TrainState(NamedTuple):
     opt_state: optax.OptState
 
 
-def create_train_state(model, optimizer: optax.GradientTransformation) -> tuple[nnx.GraphDef, TrainState]:
+def create_train_state(
+    model, optimizer: optax.GradientTransformation
+) -> tuple[nnx.GraphDef, TrainState]:
     """Splits `model` into its static graph and a `TrainState` with a fresh optimizer state."""
     graphdef, params = nnx.split(model, nnx.Param)
     opt_state = jax.jit(optimizer.init)(params)

@@ -59,18 +59,23 @@ def test_gradient_on_policy_equals_reinforce_gradient():
 
     def reinforce(p):
         logp, _ = sequence_logprobs(nnx.merge(graphdef, p), batch.tokens)
-        return -jnp.sum(logp * batch.loss_mask * batch.advantages[:, None]) / jnp.sum(batch.loss_mask)
+        return -jnp.sum(logp * batch.loss_mask * batch.advantages[:, None]) / jnp.sum(
+            batch.loss_mask
+        )
 
     g1, g2 = jax.grad(grpo)(params), jax.grad(reinforce)(params)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6), g1, g2)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6), g1, g2
+    )
 
 
 def test_group_advantages_and_errors():
     adv = group_advantages(np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0]), 3)
     # Group [1, 0, 0]: mean 1/3, unbiased std sqrt(1/3) = 0.57735 -> (2/3)/0.57735 = 1.1547
     np.testing.assert_allclose(adv[:3], [1.1547005, -0.5773503, -0.5773503], rtol=1e-5)
-    np.testing.assert_allclose(group_advantages(np.array([1.0, 0.0, 1.0, 1.0]), 2, estimator="rloo"),
-                               [1.0, -1.0, 0.0, 0.0])
+    np.testing.assert_allclose(
+        group_advantages(np.array([1.0, 0.0, 1.0, 1.0]), 2, estimator="rloo"), [1.0, -1.0, 0.0, 0.0]
+    )
     with pytest.raises(ValueError, match="not a multiple"):
         group_advantages(np.zeros(5), 2)
     with pytest.raises(ValueError, match="estimator='ppo'"):
@@ -82,8 +87,15 @@ def test_build_batch_keeps_rollout_width_and_split_minibatches():
     tokens = np.arange(b * t, dtype=np.int32).reshape(b, t)
     mask = np.zeros((b, t), bool)
     mask[:, 10:20] = True
-    rollout = Rollout(tokens, mask, np.where(mask, -1.0, 0.0).astype(np.float32), np.zeros((b, t), np.float32),
-                      np.full(b, 10, np.int32), np.array([10, 3, 40, 5], np.int32), np.zeros(b, np.int32))
+    rollout = Rollout(
+        tokens,
+        mask,
+        np.where(mask, -1.0, 0.0).astype(np.float32),
+        np.zeros((b, t), np.float32),
+        np.full(b, 10, np.int32),
+        np.array([10, 3, 40, 5], np.int32),
+        np.zeros(b, np.int32),
+    )
     batch = build_batch(rollout, np.array([1, 2, 3, 4], np.float32))
     assert batch.tokens.shape == (4, 100) == batch.old_logp.shape  # one shape: one compile
     assert float(batch.old_logp.sum()) == -40.0  # 4 rows x 10 completion tokens x -1

@@ -23,8 +23,12 @@ def write_tiny_tokenizer(path: str, vocab_size: int = 300) -> None:
         special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    backend.train_from_iterator(["the cat sat on the mat", "12 + 7 = 19", "hello world"] * 20, trainer)
+    backend.train_from_iterator(
+        ["the cat sat on the mat", "12 + 7 = 19", "hello world"] * 20, trainer
+    )
     os.makedirs(path, exist_ok=True)
     backend.save(os.path.join(path, "tokenizer.json"))
     with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
-        json.dump({"eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "chat_template": CHATML}, f)
+        json.dump(
+            {"eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "chat_template": CHATML}, f
+        )

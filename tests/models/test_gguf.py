@@ -19,12 +19,19 @@ Q = gguf.GGMLQuantizationType
 
 def llama_cpp_permute(w, n_head):
     """llama.cpp convert_hf_to_gguf.py's LlamaModel.permute (HF rotate-half -> interleaved rows)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
 
 
 def _random_hf_tensors(seed=0, vocab=V):
     rng = np.random.default_rng(seed)
-    t = {"model.embed_tokens.weight": rng.normal(size=(vocab, D)), "model.norm.weight": 1 + 0.1 * rng.normal(size=D)}
+    t = {
+        "model.embed_tokens.weight": rng.normal(size=(vocab, D)),
+        "model.norm.weight": 1 + 0.1 * rng.normal(size=D),
+    }
     for i in range(L):
         p = f"model.layers.{i}."
         t[p + "input_layernorm.weight"] = 1 + 0.1 * rng.normal(size=D)
@@ -40,10 +47,14 @@ def _random_hf_tensors(seed=0, vocab=V):
 
 
 GGUF_NAME = {
-    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
 
@@ -60,12 +71,22 @@ def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
     types = [3 if t.startswith("<|") else 1 for t in tokens]
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(L); w.add_embedding_length(D); w.add_feed_forward_length(F)
-    w.add_head_count(N); w.add_head_count_kv(K); w.add_rope_freq_base(5000.0)
-    w.add_layer_norm_rms_eps(1e-5); w.add_context_length(128); w.add_vocab_size(len(tokens))
-    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("gpt2"); w.add_token_list(tokens)
-    w.add_token_merges(merges); w.add_token_types(types)
-    w.add_bos_token_id(vocab["<|im_start|>"]); w.add_eos_token_id(vocab["<|im_end|>"])
+    w.add_block_count(L)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(F)
+    w.add_head_count(N)
+    w.add_head_count_kv(K)
+    w.add_rope_freq_base(5000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_context_length(128)
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_types(types)
+    w.add_bos_token_id(vocab["<|im_start|>"])
+    w.add_eos_token_id(vocab["<|im_end|>"])
     w.add_chat_template(CHATML)
     expected = {}
     for name, value in _random_hf_tensors(vocab=len(tokens)).items():
@@ -73,7 +94,10 @@ def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
             _, _, i, suffix = name.split(".", 3)
             gname = f"blk.{i}.{GGUF_NAME[suffix]}"
         else:
-            gname = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}[name]
+            gname = {
+                "model.embed_tokens.weight": "token_embd.weight",
+                "model.norm.weight": "output_norm.weight",
+            }[name]
         stored = value
         if suffix_is(gname, "attn_q.weight"):
             stored = llama_cpp_permute(value, N)
@@ -94,7 +118,10 @@ def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
             # Undo the permutation on the dequantised rows (quantisation blocks run along D).
             deq = deq.reshape(n, H // 2, 2, D).swapaxes(1, 2).reshape(n * H, D)
         expected[name] = deq
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     return expected
 
 
@@ -118,9 +145,10 @@ def test_every_supported_type_dequantises_and_unpermutes(qtype, tmp_path):
 
 def test_quantised_file_computes_like_unquantised_weights(tmp_path):
     """Q8_0 weights stay within quantisation noise of the float32 model's logits."""
+    from flax import nnx
+
     from jaxrl_llm.models.transformer import Transformer
     from jaxrl_llm.models.weights import assign_hf_tensors
-    from flax import nnx
 
     write_tiny_gguf(tmp_path / "q8.gguf", tmp_path, weight_type=Q.Q8_0)
     model, _ = load_gguf(str(tmp_path / "q8.gguf"))
@@ -138,11 +166,20 @@ def test_unsupported_tensor_type_is_named(tmp_path):
     path = tmp_path / "bad.gguf"
     # gguf cannot quantise to Q5_K itself: write raw Q5_K bytes (256 values in 176 bytes per row).
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(1); w.add_embedding_length(256); w.add_feed_forward_length(256)
-    w.add_head_count(4); w.add_head_count_kv(4); w.add_tokenizer_model("gpt2")
-    w.add_token_list(["a", "b"]); w.add_token_types([1, 1]); w.add_token_merges([])
+    w.add_block_count(1)
+    w.add_embedding_length(256)
+    w.add_feed_forward_length(256)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(["a", "b"])
+    w.add_token_types([1, 1])
+    w.add_token_merges([])
     w.add_tensor("token_embd.weight", np.zeros((2, 176), np.uint8), raw_dtype=Q.Q5_K)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     with pytest.raises(ValueError, match=r"token_embd.weight.*Q5_K.*not supported"):
         load_gguf(str(path))
 

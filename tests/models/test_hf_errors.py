@@ -27,7 +27,9 @@ def test_save_hf_then_load_is_identical_without_torch(tmp_path):
 def test_bfloat16_export_loads(tmp_path):
     model = _export_tiny(tmp_path)
     save_hf(model, None, str(tmp_path / "bf16"), dtype="bfloat16")
-    (tmp_path / "bf16" / "tokenizer.json").write_text((tmp_path / "model" / "tokenizer.json").read_text())
+    (tmp_path / "bf16" / "tokenizer.json").write_text(
+        (tmp_path / "model" / "tokenizer.json").read_text()
+    )
     reloaded, _ = from_pretrained(str(tmp_path / "bf16"))
     tokens = np.array([[1, 2, 3, 4]], np.int32)
     assert np.abs(np.asarray(reloaded(tokens)) - np.asarray(model(tokens))).max() < 0.05
@@ -44,7 +46,9 @@ def test_missing_weights_and_bad_config(tmp_path):
     _export_tiny(tmp_path)
     model_dir = tmp_path / "model"
     config = json.loads((model_dir / "config.json").read_text())
-    (model_dir / "config.json").write_text(json.dumps({**config, "num_attention_heads": 5, "num_key_value_heads": 5, "head_dim": None}))
+    (model_dir / "config.json").write_text(
+        json.dumps({**config, "num_attention_heads": 5, "num_key_value_heads": 5, "head_dim": None})
+    )
     with pytest.raises(ValueError, match="hidden_size=64 is not divisible by num_heads=5"):
         from_pretrained(str(model_dir))
     (model_dir / "config.json").write_text(json.dumps({**config, "model_type": "gpt_neox"}))

@@ -12,7 +12,9 @@ from jaxrl_llm.models import from_pretrained, save_hf
 from tests.models.helpers import write_tiny_tokenizer
 
 torch = pytest.importorskip("torch", reason="peers extra (torch CPU) not installed: parity skipped")
-transformers = pytest.importorskip("transformers", reason="peers extra not installed: parity skipped")
+transformers = pytest.importorskip(
+    "transformers", reason="peers extra not installed: parity skipped"
+)
 
 pytestmark = pytest.mark.peers
 
@@ -21,17 +23,29 @@ VOCAB = 300
 
 def _hf_config(kind: str):
     common = dict(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        rms_norm_eps=1e-5, rope_theta=5000.0, torch_dtype="float32",
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_theta=5000.0,
+        torch_dtype="float32",
     )
     if kind == "llama":
         return transformers.LlamaConfig(tie_word_embeddings=True, **common)
     if kind == "llama3-scaled":
         return transformers.LlamaConfig(
             tie_word_embeddings=False,
-            rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                              high_freq_factor=4.0, original_max_position_embeddings=32),
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=32,
+            ),
             **common,
         )
     return transformers.Qwen2Config(tie_word_embeddings=False, **common)
@@ -79,9 +93,9 @@ def test_save_hf_round_trip_and_transformers_reads_export(kind, tmp_path):
     reloaded, tok2 = from_pretrained(str(tmp_path / "export"))
     np.testing.assert_array_equal(np.asarray(reloaded(TOKENS)), np.asarray(model(TOKENS)))
     assert tok2.encode("the cat 12") == tokenizer.encode("the cat 12")
-    assert tok2.apply_chat_template([{"role": "user", "content": "hi"}]) == tokenizer.apply_chat_template(
+    assert tok2.apply_chat_template(
         [{"role": "user", "content": "hi"}]
-    )
+    ) == tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
     # The exported directory is a valid transformers checkpoint with the same function.
     auto = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "export")).eval()
     assert np.abs(_torch_logits(auto, TOKENS) - np.asarray(model(TOKENS))).max() < 1e-4

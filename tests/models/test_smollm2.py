@@ -4,7 +4,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import pytest
 from flax import nnx
 
 from jaxrl_llm.models import from_pretrained, resolve_model_path
@@ -41,7 +40,9 @@ def test_special_tokens_and_chatml_template():
 def test_greedy_answer_contains_paris():
     model, tok = from_pretrained("smollm2-135m-instruct", dtype=jnp.float32)
     assert model.config.num_layers == 30 and model.config.num_kv_heads == 3
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}]
+    )
     ids = tok.encode(prompt)
     graphdef, state = nnx.split(model)
     width = 64
@@ -55,4 +56,4 @@ def test_greedy_answer_contains_paris():
     for _ in range(10):  # fixed width: one compile for the whole loop
         padded = jnp.asarray([seq + [0] * (width - len(seq))], jnp.int32)
         seq.append(int(next_token(state, padded, len(seq) - 1)))
-    assert "Paris" in tok.decode(seq[len(ids):])
+    assert "Paris" in tok.decode(seq[len(ids) :])

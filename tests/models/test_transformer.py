@@ -61,7 +61,9 @@ def test_rope_rotation_preserves_norm_and_relative_position():
 
     np.testing.assert_allclose(dot(5, 2), dot(13, 10), rtol=1e-5)  # depends on 5-2 only
     rotated = apply_rope(q, jnp.asarray([[7]]), inv)
-    np.testing.assert_allclose(float(jnp.linalg.norm(rotated)), float(jnp.linalg.norm(q)), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(jnp.linalg.norm(rotated)), float(jnp.linalg.norm(q)), rtol=1e-6
+    )
     # Position 0 is the identity rotation.
     np.testing.assert_allclose(np.asarray(apply_rope(q, jnp.asarray([[0]]), inv)), np.asarray(q))
 
@@ -70,8 +72,9 @@ def test_llama3_rope_scaling_hand_values():
     # head_dim 4, theta 10000: inv_freq = [1, 0.01]; wavelengths 2*pi ~ 6.28 and 628.3.
     # With original_max_position_embeddings=64, low_freq_factor=1 (wavelen > 64 is scaled by 1/factor)
     # and high_freq_factor=32 (wavelen < 2 kept): 6.28 lies between -> interpolated; 628 > 64 -> /8.
-    s = RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=32.0,
-                    original_max_position_embeddings=64)
+    s = RopeScaling(
+        factor=8.0, low_freq_factor=1.0, high_freq_factor=32.0, original_max_position_embeddings=64
+    )
     inv = np.asarray(rope_inverse_frequencies(4, 10000.0, s))
     smooth = (64 / (2 * np.pi) - 1.0) / (32.0 - 1.0)  # = 0.29633
     np.testing.assert_allclose(inv[0], (1 - smooth) * 1.0 / 8 + smooth * 1.0, rtol=1e-6)
@@ -91,7 +94,9 @@ def test_bfloat16_model_runs_and_tracks_float32():
 
 def test_every_parameter_has_logical_axes():
     model = init_model(tiny_config(attention_bias=True, tie_word_embeddings=False), seed=0)
-    leaves = jax.tree.leaves(nnx.state(model, nnx.Param), is_leaf=lambda x: isinstance(x, nnx.Variable))
+    leaves = jax.tree.leaves(
+        nnx.state(model, nnx.Param), is_leaf=lambda x: isinstance(x, nnx.Variable)
+    )
     assert len(leaves) == 1 + 1 + 1 + 2 * (2 + 4 + 3 + 3)
     for var in leaves:
         axes = var.get_metadata()["logical_axes"]
@@ -130,15 +135,23 @@ def test_model_is_jittable_and_second_call_does_not_retrace():
         return nnx.merge(graphdef, state)(tokens)
 
     tokens = jnp.ones((2, 4), jnp.int32)
-    np.testing.assert_allclose(np.asarray(forward(state, tokens)), np.asarray(model(tokens)), atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(forward(state, tokens)), np.asarray(model(tokens)), atol=1e-6
+    )
     forward(state, tokens + 1)
     assert len(traces) == 1
 
 
 def test_config_replace_is_validated():
     with pytest.raises(ValueError, match="num_kv_heads"):
-        ModelConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1,
-                    num_heads=2, num_kv_heads=4)
+        ModelConfig(
+            vocab_size=8,
+            hidden_size=8,
+            intermediate_size=8,
+            num_layers=1,
+            num_heads=2,
+            num_kv_heads=4,
+        )
 
 
 def test_remat_changes_memory_not_values_or_gradients():
@@ -152,4 +165,8 @@ def test_remat_changes_memory_not_values_or_gradients():
 
     np.testing.assert_allclose(float(loss(state, True)), float(loss(state, False)), rtol=1e-6)
     g1, g2 = jax.grad(loss)(state, True), jax.grad(loss)(state, False)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6), g1, g2)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6),
+        g1,
+        g2,
+    )

@@ -1,6 +1,5 @@
 """The GRPO loop end to end on a tiny random model: resume after SIGKILL, non-finite guard, CLI."""
 
-import json
 import os
 import signal
 import subprocess
@@ -29,8 +28,21 @@ FLAGS = [
 
 def _main(workdir, *extra):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "jaxrl_llm.main", "--config", TINY, "--workdir", str(workdir), "--no_progress", *FLAGS, *extra]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxrl_llm.main",
+        "--config",
+        TINY,
+        "--workdir",
+        str(workdir),
+        "--no_progress",
+        *FLAGS,
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def _last_rows_by_step(workdir):
@@ -66,8 +78,13 @@ def test_sigkill_and_resume_reproduces_every_later_step(tmp_path):
     for step in range(1, STEPS + 1):
         assert got[step].keys() == expected[step].keys()
         for key in expected[step]:
-            np.testing.assert_allclose(got[step][key], expected[step][key], rtol=1e-6, atol=1e-7,
-                                       err_msg=f"step {step} {key}")
+            np.testing.assert_allclose(
+                got[step][key],
+                expected[step][key],
+                rtol=1e-6,
+                atol=1e-7,
+                err_msg=f"step {step} {key}",
+            )
 
 
 def test_unknown_config_key_lists_close_matches(tmp_path):
@@ -78,8 +95,16 @@ def test_unknown_config_key_lists_close_matches(tmp_path):
 
 
 def test_nonfinite_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
-    config = load_config(TINY, {"train.num_steps": 6, "train.checkpoint_every": 1, "eval.before": False,
-                                "eval.after": False, "train.max_consecutive_nonfinite": 2})
+    config = load_config(
+        TINY,
+        {
+            "train.num_steps": 6,
+            "train.checkpoint_every": 1,
+            "eval.before": False,
+            "eval.after": False,
+            "train.max_consecutive_nonfinite": 2,
+        },
+    )
     real = sync_runner.group_advantages
     calls = []
 

@@ -32,7 +32,9 @@ def test_sequence_logprobs_match_full_logits():
 def test_warmup_then_constant_and_cosine():
     lr = learning_rate_schedule(learning_rate=1.0, warmup_steps=4)
     assert [float(lr(i)) for i in (0, 2, 4, 100)] == [0.0, 0.5, 1.0, 1.0]
-    cos = learning_rate_schedule(learning_rate=1.0, warmup_steps=2, total_steps=6, schedule="cosine")
+    cos = learning_rate_schedule(
+        learning_rate=1.0, warmup_steps=2, total_steps=6, schedule="cosine"
+    )
     np.testing.assert_allclose(float(cos(4)), 0.5, atol=1e-6)  # halfway through 4 decay steps
     with pytest.raises(ValueError, match="schedule='bogus'"):
         learning_rate_schedule(learning_rate=1.0, schedule="bogus")
@@ -57,7 +59,10 @@ def test_train_step_learns_skips_nonfinite_and_does_not_retrace():
         return _xent_loss(m, b)
 
     step = make_train_step(graphdef, optimizer, loss_fn)
-    batch = {"tokens": jnp.tile(jnp.arange(8, dtype=jnp.int32)[None], (2, 1)), "scale": jnp.float32(1.0)}
+    batch = {
+        "tokens": jnp.tile(jnp.arange(8, dtype=jnp.int32)[None], (2, 1)),
+        "scale": jnp.float32(1.0),
+    }
     losses = []
     for _ in range(5):
         old_leaf = jax.tree.leaves(state.params)[0]
