@@ -35,6 +35,7 @@ def run_ours(args, workdir: str) -> dict:
             "rollout.num_prompts": PROMPTS,
             "rollout.group_size": GROUP,
             "rollout.max_new_tokens": MAX_NEW,
+            "rollout.temperature": 1.0,
             "train.num_minibatches": 1,
             "train.num_steps": 1 + args.steps,
             "train.checkpoint_every": 1000,

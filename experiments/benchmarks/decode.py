@@ -1,0 +1,289 @@
+"""Decode throughput of `jaxrl_llm.rollout` against peers and this machine's limits.
+
+    .venv/bin/python experiments/benchmarks/decode.py               # batches 1, 8, 32, 64
+    .venv/bin/python experiments/benchmarks/decode.py --quick       # batches 1, 8; 16 new tokens
+    .venv/bin/python experiments/benchmarks/decode.py --batches 32 --no-peers
+
+For every batch size B: B prompts of exactly `--prompt-tokens` tokens (different texts), sampled
+at temperature 1 for exactly `--new-tokens` tokens (EOS disabled, so every engine does the same
+work), SmolLM2-135M-Instruct in float32. New tokens per second = B * new_tokens / wall time of
+one whole generate call (prefill included, compile excluded: our first call compiles, the next
+`--repeats` are timed and the best is kept; "compile" is first minus best). Beside it, in the
+same run (each peer in a subprocess of its own, so torch's threads never share a process with
+XLA's):
+
+  transformers  `model.generate(do_sample=True, min_new_tokens=max_new_tokens=N)` on the same
+                GGUF (dequantised to float32), if transformers is importable (the `peers` extra).
+  llama.cpp     llama-cpp-python, if importable; its high-level API decodes one sequence at a
+                time, so B sequences run one after another (a lower bound of batched llama.cpp).
+  limit         the CPU roofline: a step costs at least max(weight bytes / memory bandwidth,
+                FLOPs / matmul rate), with bandwidth from a numpy copy ((read + write) bytes / s)
+                and the rate from a numpy float32 2048^3 matmul, both measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+from jaxrl_llm.models import from_pretrained, resolve_model_path
+from jaxrl_llm.rollout import GenerationConfig, Generator
+
+_TOPICS = [
+    "a fox who learns to paint", "the history of bread", "why the sky is blue",
+    "a robot lost in a library", "how volcanoes form", "a letter to a future self",
+    "the rules of chess", "a city under the sea", "how bees make honey", "a day on Mars",
+]  # fmt: skip
+
+
+def make_prompts(tokenizer, batch: int, length: int) -> list[list[int]]:
+    """`batch` different prompts of exactly `length` tokens (text repeated, then truncated)."""
+    prompts = []
+    for b in range(batch):
+        text = f"Request {b}: write a short essay about {_TOPICS[b % len(_TOPICS)]}. "
+        ids = tokenizer.encode(text * (1 + length // 8))[:length]
+        assert len(ids) == length
+        prompts.append(ids)
+    return prompts
+
+
+# --- machine limits ----------------------------------------------------------------------------
+def measure_copy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
+    """Bytes per second moved by a numpy copy, counting read + write traffic (best of repeats)."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    best = np.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return 2 * nbytes / best
+
+
+def measure_matmul_rate(n: int = 2048, repeats: int = 3) -> float:
+    """FLOP/s of a numpy float32 n^3 matmul (best of repeats)."""
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    a @ a
+    best = np.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def roofline_tokens_per_second(config, batch, prompt_len, new_tokens, bandwidth, flop_rate):
+    """Upper bound on new tokens / s: prefill FLOPs + per-step max(weight bytes, FLOPs)."""
+    n_params = config.num_params()
+    weight_bytes = 4 * n_params
+    embed = config.vocab_size * config.hidden_size
+    body = n_params - embed * (1 if config.tie_word_embeddings else 2)
+    head_flops = 2 * embed
+    attn_per_pos = 4 * config.num_layers * config.num_heads * config.head_dim  # QK^T and AV
+    prefill_flops = (
+        batch * prompt_len * (2 * body + attn_per_pos * prompt_len / 2) + batch * head_flops
+    )
+    step_time = 0.0
+    for j in range(1, new_tokens):
+        flops = batch * (2 * body + head_flops + attn_per_pos * (prompt_len + j))
+        step_time += max(weight_bytes / bandwidth, flops / flop_rate)
+    total = prefill_flops / flop_rate + step_time
+    return batch * new_tokens / total
+
+
+# --- engines -----------------------------------------------------------------------------------
+def bench_ours(model, prompts, new_tokens, repeats):
+    """(tokens/s of the best of `repeats` timed calls, compile seconds) of `Generator`."""
+    gen = Generator(model, GenerationConfig(max_new_tokens=new_tokens, temperature=1.0, eos_ids=()))
+    t = time.perf_counter()
+    jax.block_until_ready(gen(prompts, seed=0))
+    first = time.perf_counter() - t
+    runs = []
+    for r in range(repeats):
+        t = time.perf_counter()
+        rollout = jax.block_until_ready(gen(prompts, seed=1 + r))
+        runs.append(time.perf_counter() - t)
+        assert int(np.asarray(rollout.lengths).min()) == new_tokens
+    return len(prompts) * new_tokens / min(runs), first - min(runs)
+
+
+def load_transformers(path: str):
+    """The same GGUF in transformers (float32), or None when transformers is not importable."""
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
+    )
+    model.eval()
+    return model
+
+
+def bench_transformers(hf_model, prompts, new_tokens, repeats):
+    """Tokens/s of transformers `generate` with sampling, at its best torch thread count.
+
+    A short warm-up generate runs with 1 and with all cores; the faster count is used (on a
+    shared, oversubscribed CPU torch's spinning OpenMP threads can be several times slower than
+    one thread, and the peer deserves its best setting).
+    """
+    import torch
+
+    ids = torch.tensor(prompts, dtype=torch.long)
+    kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=0)
+    kwargs["attention_mask"] = torch.ones_like(ids)
+    with torch.inference_mode():
+        timings = {}
+        for threads in sorted({1, os.cpu_count() or 1}):
+            torch.set_num_threads(threads)
+            hf_model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kwargs)
+            t = time.perf_counter()
+            hf_model.generate(ids, max_new_tokens=4, min_new_tokens=4, **kwargs)
+            timings[threads] = time.perf_counter() - t
+        torch.set_num_threads(min(timings, key=timings.get))
+        runs = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            out = hf_model.generate(
+                ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs
+            )
+            runs.append(time.perf_counter() - t)
+            assert out.shape[1] == ids.shape[1] + new_tokens
+    return len(prompts) * new_tokens / min(runs)
+
+
+def load_llama_cpp(path: str):
+    """llama-cpp-python's `Llama` on the GGUF, or None when it is not importable."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    return llama_cpp.Llama(model_path=path, n_ctx=512, n_threads=os.cpu_count(), verbose=False)
+
+
+def bench_llama_cpp(llm, prompts, new_tokens, repeats):
+    """Tokens/s of llama.cpp decoding the prompts one after another (Q4_1 weights as shipped)."""
+    del repeats  # one pass: B sequences one after another are already B repetitions
+    t = time.perf_counter()
+    for prompt in prompts:
+        llm.reset()
+        produced = 0
+        for _ in llm.generate(prompt, temp=1.0, top_k=0, top_p=1.0, reset=True):
+            produced += 1
+            if produced == new_tokens:
+                break
+    return len(prompts) * new_tokens / (time.perf_counter() - t)
+
+
+def _fmt(x, digits=1):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def run_peer(name: str, path: str, prompts_by_batch: dict, new_tokens: int, repeats: int) -> dict:
+    """{batch: tokens/s} of one peer, measured in this process (called in a subprocess)."""
+    if name == "transformers":
+        engine, bench = load_transformers(path), bench_transformers
+    else:
+        engine, bench = load_llama_cpp(path), bench_llama_cpp
+    return {b: bench(engine, p, new_tokens, repeats) for b, p in prompts_by_batch.items()}
+
+
+def peer_in_subprocess(name: str, args, prompts_by_batch: dict, new_tokens: int) -> dict | None:
+    """Runs `run_peer` in a fresh process (no JAX thread pools beside torch's), or None."""
+    module = {"transformers": "transformers", "llama_cpp": "llama_cpp"}[name]
+    if importlib.util.find_spec(module) is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        prompts_file = os.path.join(tmp, "prompts.json")
+        with open(prompts_file, "w") as f:
+            json.dump({str(b): p for b, p in prompts_by_batch.items()}, f)
+        cmd = [sys.executable, os.path.abspath(__file__), "--peer", name, "--model", args.model]
+        cmd += ["--prompts-file", prompts_file, "--new-tokens", str(new_tokens)]
+        cmd += ["--repeats", str(args.repeats)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("PEER_RESULT ")]
+    if out.returncode != 0 or not lines:
+        print(f"# {name} failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
+        return None
+    return {int(b): v for b, v in json.loads(lines[-1][len("PEER_RESULT ") :]).items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", default="1,8,32,64", help="comma-separated batch sizes")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--prompt-tokens", type=int, default=40)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--quick", action="store_true", help="batches 1,8 and 16 new tokens")
+    parser.add_argument("--no-peers", action="store_true", help="skip transformers and llama.cpp")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs; the best is reported")
+    parser.add_argument("--peer", choices=["transformers", "llama_cpp"], help=argparse.SUPPRESS)
+    parser.add_argument("--prompts-file", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    path = resolve_model_path(args.model)
+    if args.peer:  # subprocess mode: measure one peer on the prompts of the parent process
+        with open(args.prompts_file) as f:
+            prompts_by_batch = {int(b): p for b, p in json.load(f).items()}
+        result = run_peer(args.peer, path, prompts_by_batch, args.new_tokens, args.repeats)
+        print("PEER_RESULT " + json.dumps({str(b): v for b, v in result.items()}), flush=True)
+        return
+    batches = [1, 8] if args.quick else [int(b) for b in args.batches.split(",")]
+    new_tokens = 16 if args.quick else args.new_tokens
+
+    bandwidth, flop_rate = measure_copy_bandwidth(), measure_matmul_rate()
+    model, tokenizer = from_pretrained(args.model)
+    prompts_by_batch = {b: make_prompts(tokenizer, b, args.prompt_tokens) for b in batches}
+    peers = {}
+    for name in ("transformers", "llama_cpp"):
+        peers[name] = (
+            None if args.no_peers else peer_in_subprocess(name, args, prompts_by_batch, new_tokens)
+        )
+    config = model.config
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"# decode benchmark {datetime.date.today()} | {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, load average {load:.1f} | jax {jax.__version__} | {args.model} "
+        f"float32, {config.num_params() / 1e6:.1f}M params, {4 * config.num_params() / 1e6:.0f} MB\n"
+        f"# prompt {args.prompt_tokens} tokens, {new_tokens} new tokens, temperature 1 | "
+        f"copy bandwidth {bandwidth / 1e9:.1f} GB/s, numpy matmul {flop_rate / 1e9:.0f} GFLOP/s\n"
+        f"# transformers: {'measured' if peers['transformers'] else 'not importable / skipped'}, "
+        f"llama-cpp-python: {'measured' if peers['llama_cpp'] else 'not importable / skipped'}",
+        flush=True,
+    )
+    header = (
+        "| batch | ours tok/s | compile s | transformers tok/s | llama.cpp tok/s | limit tok/s "
+        "| ours / transformers | ours / llama.cpp | ours / limit |"
+    )
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1), flush=True)
+    for batch in batches:
+        ours, compile_s = bench_ours(model, prompts_by_batch[batch], new_tokens, args.repeats)
+        hf = (peers["transformers"] or {}).get(batch)
+        lc = (peers["llama_cpp"] or {}).get(batch)
+        limit = roofline_tokens_per_second(
+            config, batch, args.prompt_tokens, new_tokens, bandwidth, flop_rate
+        )
+        ratio = lambda a, b: None if a is None or b is None else a / b
+        print(
+            f"| {batch} | {ours:.1f} | {compile_s:.0f} | {_fmt(hf)} | {_fmt(lc)} | {limit:.0f} "
+            f"| {_fmt(ratio(ours, hf), 2)} | {_fmt(ratio(ours, lc), 2)} "
+            f"| {_fmt(ratio(ours, limit), 2)} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Rollout: jitted batched generation with a KV cache, sampling, exact log-probs, JetStream adapter.
+
+`generate(model, prompts, max_new_tokens=...)` is the one-call API; `Generator` keeps a config and
+reuses compiled programs; `Rollout` documents the output layout. `SlotDecoder` is the step-at-a-time
+(continuous batching) form of the same decode, and `JetStreamEngine` (needs the `jetstream` extra)
+serves it through JetStream's orchestrator; it is imported lazily.
+"""
+
+from jaxrl_llm.rollout.batching import PackedPrompts, bucket_size, pack_prompts, pack_stop_sequences
+from jaxrl_llm.rollout.engine import (
+    CacheLayout,
+    GenerationConfig,
+    Generator,
+    decode_step,
+    generate,
+    next_token_logits,
+    prefill,
+    resolve_cache_shardings,
+    trace_count,
+)
+from jaxrl_llm.rollout.sampling import (
+    SampleOutput,
+    categorical,
+    filter_logits,
+    sample_tokens,
+    sampling_logprobs,
+    sequence_keys,
+    step_keys,
+)
+from jaxrl_llm.rollout.slots import Prefix, SlotDecoder, SlotState, SlotStep
+from jaxrl_llm.rollout.types import FINISH_REASON_NAMES, FinishReason, Rollout
+
+__all__ = [
+    "CacheLayout",
+    "FINISH_REASON_NAMES",
+    "FinishReason",
+    "GenerationConfig",
+    "Generator",
+    "JetStreamEngine",
+    "PackedPrompts",
+    "Prefix",
+    "Rollout",
+    "SampleOutput",
+    "SlotDecoder",
+    "SlotState",
+    "SlotStep",
+    "bucket_size",
+    "categorical",
+    "decode_step",
+    "filter_logits",
+    "generate",
+    "next_token_logits",
+    "pack_prompts",
+    "pack_stop_sequences",
+    "prefill",
+    "resolve_cache_shardings",
+    "sample_tokens",
+    "sampling_logprobs",
+    "sequence_keys",
+    "step_keys",
+    "trace_count",
+]
+
+
+def __getattr__(name):
+    # JetStream pulls TensorFlow (about 2 GB): import it only when the adapter is asked for.
+    if name == "JetStreamEngine":
+        try:
+            from jaxrl_llm.rollout.jetstream_engine import JetStreamEngine
+        except ImportError as e:
+            raise ImportError(
+                f"JetStreamEngine needs google-jetstream ({e}): pip install 'jaxrl_llm[jetstream]' "
+                "(it pulls TensorFlow, about 2 GB)."
+            ) from e
+        return JetStreamEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

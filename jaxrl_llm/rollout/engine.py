@@ -1,0 +1,502 @@
+"""Jitted batched generation: bucketed prefill, then a `lax.while_loop` decode over a KV cache.
+
+    rollout = generate(model, prompts, max_new_tokens=128, temperature=1.0, seed=0)
+
+One compiled program per (model structure, padded batch, prompt bucket, static options) does the
+whole rollout on device:
+
+  1. prefill: the right-padded prompts [B, P] run through the model once, filling cache slots
+     0..P-1 (slot = absolute position). A row's padding slots p_b..P-1 hold junk that attention
+     never sees: decode step j writes slot p_b + j before any query at that position reads it.
+  2. the first token of every row is sampled from the logits at its last prompt position.
+  3. `lax.while_loop`: feed each row's previous token at position p_b + j - 1, sample token j, and
+     write it at position p_b + j; stop when every row has finished (EOS id, stop sequence) or
+     `max_new_tokens` tokens were sampled.
+
+Parameters enter the program as arguments (never baked-in constants), so the same executable
+serves every weight update, and the computation follows their sharding: params sharded by the
+decode rule set run tensor-parallel. The KV cache is created inside the program; pass
+`cache_shardings=CacheLayout(mesh, DECODE_RULES)` to constrain its layout.
+
+Reproducibility: row b samples step j with `fold_in(fold_in(key(seed), b), j)` (or a per-row
+seed), so a prompt's completion does not depend on the rest of the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxrl_llm.models.transformer import KV_CACHE_LOGICAL_AXES, KVCache, Transformer
+from jaxrl_llm.rollout import batching
+from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
+from jaxrl_llm.rollout.types import FinishReason, Rollout
+
+Array = jax.Array
+
+# Incremented each time the decode program is traced (a Python side effect that runs only while
+# tracing); tests read it through `trace_count()` to prove that a repeated call reuses the program.
+_TRACES = {"generate": 0}
+
+
+def trace_count() -> int:
+    """How many times the generate program has been traced in this process (all shapes)."""
+    return _TRACES["generate"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationConfig:
+    """Options of a rollout. Hashable; the static ones select a compiled program.
+
+    Attributes:
+      max_new_tokens: N, the most tokens sampled per prompt (static).
+      temperature: > 0 samples from softmax(logits / temperature); 0 is greedy (argmax). A float,
+        or one per prompt. Not static: changing it does not recompile.
+      top_k: keep the k most likely tokens; None disables (static).
+      top_p: nucleus mass in (0, 1]; None disables. Float or one per prompt.
+      min_p: keep tokens with probability >= min_p * max probability; None disables.
+      eos_ids: token ids that end a completion (included in it). None takes the model config's
+        `eos_token_id` when it has one; () disables.
+      stop_sequences: token-id sequences that end a completion when it ends with one of them
+        (included in it; matched within the completion only).
+      pad_id: filler after each completion (and in padded prompts).
+      min_prompt_bucket: prompts are right-padded to a bucket >= this (see `batching.bucket_size`).
+      min_batch_bucket: the batch is padded to a bucket >= this.
+      cache_dtype: dtype name of the KV cache; None uses the model dtype.
+    """
+
+    max_new_tokens: int
+    temperature: float | tuple[float, ...] = 1.0
+    top_k: int | None = None
+    top_p: float | tuple[float, ...] | None = None
+    min_p: float | tuple[float, ...] | None = None
+    eos_ids: tuple[int, ...] | None = None
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
+    pad_id: int = 0
+    min_prompt_bucket: int = 16
+    min_batch_bucket: int = 1
+    cache_dtype: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.max_new_tokens, (int, np.integer)) or self.max_new_tokens < 1:
+            raise ValueError(
+                f"GenerationConfig: max_new_tokens={self.max_new_tokens!r} must be >= 1."
+            )
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"GenerationConfig: top_k={self.top_k} must be >= 1 (or None).")
+        for name in ("temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            if isinstance(value, (list, np.ndarray)):
+                object.__setattr__(self, name, tuple(float(v) for v in value))
+        for t in np.atleast_1d(self.temperature):
+            if t < 0:
+                raise ValueError(f"GenerationConfig: temperature={t} must be >= 0 (0 = greedy).")
+        if self.top_p is not None:
+            for p in np.atleast_1d(self.top_p):
+                if not 0 < p <= 1:
+                    raise ValueError(f"GenerationConfig: top_p={p} must be in (0, 1].")
+        if self.min_p is not None:
+            for p in np.atleast_1d(self.min_p):
+                if not 0 <= p <= 1:
+                    raise ValueError(f"GenerationConfig: min_p={p} must be in [0, 1].")
+        if self.eos_ids is not None:
+            object.__setattr__(self, "eos_ids", tuple(int(i) for i in self.eos_ids))
+        object.__setattr__(
+            self, "stop_sequences", tuple(tuple(int(t) for t in s) for s in self.stop_sequences)
+        )
+
+    def replace(self, **changes: Any) -> GenerationConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+class _Static(NamedTuple):
+    """The options that change the compiled program (hashable static argument)."""
+
+    max_new_tokens: int
+    top_k: int | None
+    use_top_p: bool
+    use_min_p: bool
+    pad_id: int
+    cache_dtype: str | None
+
+
+class _LoopState(NamedTuple):
+    step: Array  # [] tokens sampled so far, j
+    tokens: Array  # int32 [B, T]
+    logprobs: Array  # float32 [B, T]
+    raw_logprobs: Array  # float32 [B, T]
+    cache: KVCache
+    last_token: Array  # int32 [B], token j - 1
+    done: Array  # bool [B]
+    lengths: Array  # int32 [B]
+    finish: Array  # int32 [B]
+    window: Array  # int32 [B, W], the last W completion tokens (WINDOW_EMPTY before the first)
+
+
+def next_token_logits(model: Transformer, hidden_bd: Array) -> Array:
+    """float32 logits [B, V] of final hidden states [B, D] (float32 accumulation in any dtype)."""
+    return jnp.einsum(
+        "bd,dv->bv", hidden_bd, model.unembed_matrix(), preferred_element_type=jnp.float32
+    )
+
+
+def prefill(
+    model: Transformer, tokens_bt: Array, lengths_b: Array, cache: KVCache
+) -> tuple[Array, KVCache]:
+    """Runs right-padded prompts through the model, filling cache slots 0..P-1.
+
+    Args:
+      model: the transformer.
+      tokens_bt: int32 [B, P], prompt b at 0..p_b-1, anything after.
+      lengths_b: int32 [B], p_b >= 1.
+      cache: a `KVCache` with at least P slots.
+
+    Returns:
+      (float32 logits [B, V] at each row's last prompt position p_b - 1, the filled cache).
+    """
+    b, p = tokens_bt.shape
+    positions_bt = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+    hidden_btd, cache = model.hidden_states(tokens_bt, positions_bt=positions_bt, kv_cache=cache)
+    last_bd = jnp.take_along_axis(hidden_btd, (lengths_b - 1)[:, None, None], axis=1)[:, 0]
+    return next_token_logits(model, last_bd), cache
+
+
+def decode_step(
+    model: Transformer, tokens_b: Array, positions_b: Array, cache: KVCache
+) -> tuple[Array, KVCache]:
+    """Feeds one token per row at its position; returns float32 next-token logits [B, V] and the cache."""
+    hidden_b1d, cache = model.hidden_states(
+        tokens_b[:, None], positions_bt=positions_b[:, None], kv_cache=cache
+    )
+    return next_token_logits(model, hidden_b1d[:, 0]), cache
+
+
+class CacheLayout(NamedTuple):
+    """Shard the KV cache by a logical-axis rule set: `jaxrl_llm.sharding.cache_shardings`.
+
+    Resolved inside the program for the padded cache shape, so one layout fits every bucket
+    (a cache batch the "data" axis does not divide is replicated instead). Hashable.
+
+    Example:
+      >>> Generator(model, config, cache_shardings=CacheLayout(mesh, DECODE_RULES))
+    """
+
+    mesh: jax.sharding.Mesh
+    rules: tuple
+
+
+def resolve_cache_shardings(cache: KVCache, shardings):
+    """A `KVCache` of shardings for `cache` (arrays or shapes) from any accepted form, or None.
+
+    Accepts None, a `CacheLayout`, one `jax.sharding.Sharding` for every array, a `KVCache` of
+    shardings, or a callable `cache -> shardings`.
+    """
+    if shardings is None:
+        return None
+    if isinstance(shardings, CacheLayout):
+        from jaxrl_llm.sharding import cache_shardings  # sharding depends on models only
+
+        return cache_shardings(cache, shardings.mesh, shardings.rules)
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda _: shardings, cache)
+    if callable(shardings):
+        return shardings(cache)
+    return shardings
+
+
+def _extend_cache(cache: KVCache, extra_slots: int) -> KVCache:
+    """Appends `extra_slots` zero slots along the cache's sequence axis."""
+    if extra_slots <= 0:
+        return cache
+    axis = KV_CACHE_LOGICAL_AXES.index("cache_sequence")
+
+    def pad(x):
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, extra_slots)
+        return jnp.pad(x, widths)
+
+    return jax.tree.map(pad, cache)
+
+
+def _constrain(cache: KVCache, shardings) -> KVCache:
+    resolved = resolve_cache_shardings(cache, shardings)
+    return cache if resolved is None else jax.lax.with_sharding_constraint(cache, resolved)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "static", "cache_shardings"))
+def _generate_padded(
+    state,
+    prompt_bt,
+    prompt_len_b,
+    active_b,
+    keys_b,
+    temperature_b,
+    top_p_b,
+    min_p_b,
+    eos_ids_e,
+    stop_sw,
+    *,
+    graphdef,
+    static: _Static,
+    cache_shardings,
+):
+    _TRACES["generate"] += 1
+    model = nnx.merge(graphdef, state)
+    batch, prompt_len = prompt_bt.shape
+    n_new = static.max_new_tokens
+    total = prompt_len + n_new
+    rows = jnp.arange(batch)
+    sampling = dict(
+        temperature_b=temperature_b,
+        top_k=static.top_k,
+        top_p_b=top_p_b if static.use_top_p else None,
+        min_p_b=min_p_b if static.use_min_p else None,
+    )
+
+    cache_dtype = None if static.cache_dtype is None else jnp.dtype(static.cache_dtype)
+    # Prefill into a P-slot cache (its attention then spans P keys, not P + N), then extend it
+    # with zero slots: the last sampled token is never fed back, so P + N - 1 slots suffice.
+    cache = _constrain(model.init_cache(batch, prompt_len, dtype=cache_dtype), cache_shardings)
+    logits_bv, cache = prefill(model, prompt_bt, prompt_len_b, cache)
+    cache = _constrain(_extend_cache(cache, total - 1 - prompt_len), cache_shardings)
+
+    def record(s: _LoopState, logits_bv: Array) -> _LoopState:
+        out = sample_tokens(step_keys(keys_b, s.step), logits_bv, **sampling)
+        alive = ~s.done
+        pos_b = prompt_len_b + s.step
+        tokens = s.tokens.at[rows, pos_b].set(jnp.where(alive, out.tokens, static.pad_id))
+        logprobs = s.logprobs.at[rows, pos_b].set(jnp.where(alive, out.logprobs, 0.0))
+        raw = s.raw_logprobs.at[rows, pos_b].set(jnp.where(alive, out.raw_logprobs, 0.0))
+        window = jnp.concatenate([s.window[:, 1:], out.tokens[:, None]], axis=1)
+        is_eos = alive & jnp.any(out.tokens[:, None] == eos_ids_e[None, :], axis=1)
+        matches_bs = jnp.all(
+            (stop_sw[None] == window[:, None]) | (stop_sw[None] == batching.STOP_ANY), axis=2
+        )
+        is_stop = alive & ~is_eos & jnp.any(matches_bs, axis=1)
+        finish = jnp.where(is_eos, int(FinishReason.EOS), s.finish)
+        finish = jnp.where(is_stop, int(FinishReason.STOP), finish)
+        return s._replace(
+            step=s.step + 1,
+            tokens=tokens,
+            logprobs=logprobs,
+            raw_logprobs=raw,
+            last_token=out.tokens,
+            done=s.done | is_eos | is_stop,
+            lengths=s.lengths + alive.astype(jnp.int32),
+            finish=finish,
+            window=window,
+        )
+
+    tokens_bt = jnp.full((batch, total), static.pad_id, jnp.int32).at[:, :prompt_len].set(prompt_bt)
+    zeros_bt = jnp.zeros((batch, total), jnp.float32)
+    init = _LoopState(
+        step=jnp.zeros((), jnp.int32),
+        tokens=tokens_bt,
+        logprobs=zeros_bt,
+        raw_logprobs=zeros_bt,
+        cache=cache,
+        last_token=jnp.zeros((batch,), jnp.int32),
+        done=~active_b,
+        lengths=jnp.zeros((batch,), jnp.int32),
+        finish=jnp.full((batch,), int(FinishReason.LENGTH), jnp.int32),
+        window=jnp.full((batch, stop_sw.shape[1]), batching.WINDOW_EMPTY, jnp.int32),
+    )
+    state0 = record(init, logits_bv)
+
+    def cond(s: _LoopState):
+        return (s.step < n_new) & ~jnp.all(s.done)
+
+    def body(s: _LoopState) -> _LoopState:
+        # Finished rows keep computing (the batch is dense) but their writes are masked above.
+        logits_bv, cache = decode_step(model, s.last_token, prompt_len_b + s.step - 1, s.cache)
+        return record(s._replace(cache=_constrain(cache, cache_shardings)), logits_bv)
+
+    final = jax.lax.while_loop(cond, body, state0)
+    completion_bt = (jnp.arange(total)[None, :] >= prompt_len_b[:, None]) & (
+        jnp.arange(total)[None, :] < (prompt_len_b + final.lengths)[:, None]
+    )
+    return Rollout(
+        tokens=final.tokens,
+        completion_mask=completion_bt,
+        logprobs=final.logprobs,
+        raw_logprobs=final.raw_logprobs,
+        prompt_lengths=prompt_len_b,
+        lengths=final.lengths,
+        finish_reason=final.finish,
+    )
+
+
+def _per_row(value, batch: int, padded: int, default: float) -> np.ndarray:
+    """A float32 [padded] array from a scalar or a per-prompt sequence (padding rows: default)."""
+    out = np.full((padded,), default, np.float32)
+    if value is None:
+        return out
+    arr = np.asarray(value, np.float32)
+    if arr.ndim == 0:
+        out[:batch] = arr
+    elif arr.shape == (batch,):
+        out[:batch] = arr
+    else:
+        raise ValueError(f"generate: got {arr.size} per-prompt values for {batch} prompts.")
+    return out
+
+
+class Generator:
+    """A reusable rollout engine: one model, one `GenerationConfig`, compiled programs cached.
+
+    Calls with the same padded shapes reuse one compiled program (the cache is keyed on the
+    model's structure, the static options and the bucketed shapes, so separate `Generator`s of
+    the same model share it too). Weights are read from the model at every call, so in-place
+    updates (or an explicit `params=` state) take effect without recompiling.
+
+    Args:
+      model: a `Transformer` (its params may be sharded; the program follows them).
+      config: the `GenerationConfig`.
+      cache_shardings: how to lay out the KV cache: None (let XLA choose, following the params),
+        a `CacheLayout(mesh, rules)` (recommended: resolved per bucket), one
+        `jax.sharding.Sharding` for every cache array, a `KVCache` of shardings for exactly the
+        padded cache shape, or a hashable callable `cache -> shardings`. It is a static argument
+        of the compiled program: keep the same object across calls.
+
+    Example:
+      >>> gen = Generator(model, GenerationConfig(max_new_tokens=32, temperature=0.7, top_p=0.9))
+      >>> rollout = gen([[1, 2, 3], [4, 5]], seed=0)
+      >>> rollout.completions()
+    """
+
+    def __init__(self, model: Transformer, config: GenerationConfig, *, cache_shardings=None):
+        self.model = model
+        self.config = config
+        self.cache_shardings = cache_shardings
+        eos = config.eos_ids
+        if eos is None:
+            eos = () if model.config.eos_token_id is None else (model.config.eos_token_id,)
+        self.eos_ids = tuple(eos)
+        self._stop = batching.pack_stop_sequences(config.stop_sequences)
+        self._eos = batching.pack_eos_ids(self.eos_ids)
+
+    def __call__(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        seed: int | Sequence[int] = 0,
+        params: nnx.State | None = None,
+    ) -> Rollout:
+        """Samples completions of `prompts` (ragged token-id lists); see `Rollout` for the layout.
+
+        Args:
+          prompts: B token-id sequences, each non-empty.
+          seed: one int (row b uses `fold_in(key(seed), b)`) or one int per prompt.
+          params: an `nnx.State` of the model's parameters to use instead of the model's own.
+
+        Returns:
+          `Rollout` with B rows and T = prompt bucket + max_new_tokens columns.
+        """
+        config = self.config
+        packed = batching.pack_prompts(
+            prompts,
+            pad_id=config.pad_id,
+            min_prompt_bucket=config.min_prompt_bucket,
+            min_batch_bucket=config.min_batch_bucket,
+        )
+        batch, padded = packed.batch_size, packed.tokens.shape[0]
+        if isinstance(seed, (int, np.integer)):
+            keys = sequence_keys(seed, padded)
+        else:
+            seeds = list(seed) + [0] * (padded - batch)
+            if len(seed) != batch:
+                raise ValueError(f"generate: got {len(seed)} seeds for {batch} prompts.")
+            keys = sequence_keys(seeds, padded)
+        graphdef, state = nnx.split(self.model)
+        if params is not None:
+            state = params
+        static = _Static(
+            max_new_tokens=int(config.max_new_tokens),
+            top_k=config.top_k,
+            use_top_p=config.top_p is not None,
+            use_min_p=config.min_p is not None,
+            pad_id=int(config.pad_id),
+            cache_dtype=config.cache_dtype,
+        )
+        out = _generate_padded(
+            state,
+            jnp.asarray(packed.tokens),
+            jnp.asarray(packed.lengths),
+            jnp.asarray(packed.active),
+            keys,
+            jnp.asarray(_per_row(config.temperature, batch, padded, 1.0)),
+            jnp.asarray(_per_row(config.top_p, batch, padded, 1.0)),
+            jnp.asarray(_per_row(config.min_p, batch, padded, 0.0)),
+            jnp.asarray(self._eos),
+            jnp.asarray(self._stop),
+            graphdef=graphdef,
+            static=static,
+            cache_shardings=self.cache_shardings,
+        )
+        if padded == batch:
+            return out
+        return Rollout(*(x[:batch] for x in out))
+
+
+def generate(
+    model: Transformer,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float | Sequence[float] = 1.0,
+    top_k: int | None = None,
+    top_p: float | Sequence[float] | None = None,
+    seed: int | Sequence[int] = 0,
+    eos_ids: Sequence[int] | None = None,
+    min_p: float | Sequence[float] | None = None,
+    stop_sequences: Sequence[Sequence[int]] = (),
+    pad_id: int = 0,
+    cache_shardings=None,
+) -> Rollout:
+    """Samples a completion for each prompt; the whole decode runs in one jitted program.
+
+    Args:
+      model: a `Transformer`.
+      prompts: B ragged token-id lists, each non-empty.
+      max_new_tokens: N.
+      temperature: float >= 0 or one per prompt; 0 is greedy.
+      top_k: keep the k most likely tokens (None: all).
+      top_p: nucleus mass in (0, 1], or one per prompt (None: off).
+      seed: int (row b uses `fold_in(key(seed), b)`) or one int per prompt.
+      eos_ids: ids that end a completion; None uses `model.config.eos_token_id` if set.
+      min_p: min-p ratio, or one per prompt (None: off).
+      stop_sequences: token-id sequences that end a completion.
+      pad_id: filler token.
+      cache_shardings: optional KV-cache sharding (see `Generator`).
+
+    Returns:
+      A `Rollout`: tokens [B, P + N] (prompt left-aligned, completion after it, then pad_id),
+      completion_mask, logprobs (sampled distribution), raw_logprobs (temperature 1, unfiltered),
+      prompt_lengths, lengths, finish_reason.
+
+    Example:
+      >>> model, tokenizer = jaxrl_llm.models.from_pretrained("smollm2-135m-instruct")
+      >>> r = generate(model, [tokenizer.encode("The capital of France is")],
+      ...              max_new_tokens=8, temperature=0.0)
+      >>> tokenizer.decode(r.completions()[0])
+      ' Paris...'
+    """
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        temperature=temperature if np.ndim(temperature) == 0 else tuple(temperature),
+        top_k=top_k,
+        top_p=top_p if top_p is None or np.ndim(top_p) == 0 else tuple(top_p),
+        min_p=min_p if min_p is None or np.ndim(min_p) == 0 else tuple(min_p),
+        eos_ids=None if eos_ids is None else tuple(eos_ids),
+        stop_sequences=tuple(tuple(s) for s in stop_sequences),
+        pad_id=pad_id,
+    )
+    return Generator(model, config, cache_shardings=cache_shardings)(prompts, seed=seed)
