@@ -32,6 +32,29 @@ def completion_texts(tokenizer, rollout) -> list[str]:
     return [tokenizer.decode(ids, skip_special_tokens=True) for ids in rollout.completions()]
 
 
+def chat_generator(
+    model,
+    tokenizer,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    min_prompt_bucket: int = 16,
+    min_batch_bucket: int = 1,
+) -> Generator:
+    """A `Generator` that stops at the tokenizer's end-of-turn ids and pads with its pad id."""
+    return Generator(
+        model,
+        GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            eos_ids=tuple(tokenizer.stop_token_ids()),
+            pad_id=tokenizer.pad_token_id or 0,
+            min_prompt_bucket=min_prompt_bucket,
+            min_batch_bucket=min_batch_bucket,
+        ),
+    )
+
+
 def greedy_accuracy(
     model,
     tokenizer,
@@ -49,16 +72,13 @@ def greedy_accuracy(
 
     Batches are padded to `batch_size`, so every batch reuses one compiled program.
     """
-    generator = Generator(
+    generator = chat_generator(
         model,
-        GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            temperature=0.0,
-            eos_ids=tuple(tokenizer.stop_token_ids()),
-            pad_id=tokenizer.pad_token_id or 0,
-            min_batch_bucket=batch_size,
-            min_prompt_bucket=min_prompt_bucket,
-        ),
+        tokenizer,
+        max_new_tokens=max_new_tokens,
+        temperature=0.0,
+        min_prompt_bucket=min_prompt_bucket,
+        min_batch_bucket=batch_size,
     )
     scores, lengths = [], []
     for start in range(0, len(examples), batch_size):

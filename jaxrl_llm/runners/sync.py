@@ -31,9 +31,13 @@ from jaxrl_llm.checkpoint import Checkpointer, abstract_like
 from jaxrl_llm.config import validate_config
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.rewards import accuracy
-from jaxrl_llm.rollout import GenerationConfig, Generator
 from jaxrl_llm.runners.components import build_parts
-from jaxrl_llm.runners.evaluation import completion_texts, greedy_accuracy, prompt_ids
+from jaxrl_llm.runners.evaluation import (
+    chat_generator,
+    completion_texts,
+    greedy_accuracy,
+    prompt_ids,
+)
 from jaxrl_llm.training import create_train_state, make_train_step, sequence_logprobs
 
 log = logging.getLogger(__name__)
@@ -132,7 +136,7 @@ def train(
         system_prompt=config.task.system_prompt,
         instruction_suffix=config.task.instruction_suffix,
     )
-    eval_examples = [parts.eval_source[i] for i in range(len(parts.eval_source))]
+    eval_examples = list(parts.eval_source)
     if config.eval.before and meta.get("eval_before") is None:
         t0 = time.time()
         meta["eval_before"] = greedy_accuracy(
@@ -146,15 +150,12 @@ def train(
         )
 
     group = config.rollout.group_size
-    generator = Generator(
+    generator = chat_generator(
         model,
-        GenerationConfig(
-            max_new_tokens=config.rollout.max_new_tokens,
-            temperature=config.rollout.temperature,
-            eos_ids=tuple(tokenizer.stop_token_ids()),
-            pad_id=tokenizer.pad_token_id or 0,
-            min_prompt_bucket=config.rollout.min_prompt_bucket,
-        ),
+        tokenizer,
+        max_new_tokens=config.rollout.max_new_tokens,
+        temperature=config.rollout.temperature,
+        min_prompt_bucket=config.rollout.min_prompt_bucket,
     )
     consecutive_nonfinite = 0
     bar = tqdm.trange(

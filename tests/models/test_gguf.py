@@ -99,9 +99,9 @@ def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
                 "model.norm.weight": "output_norm.weight",
             }[name]
         stored = value
-        if suffix_is(gname, "attn_q.weight"):
+        if gname.endswith("attn_q.weight"):
             stored = llama_cpp_permute(value, N)
-        elif suffix_is(gname, "attn_k.weight"):
+        elif gname.endswith("attn_k.weight"):
             stored = llama_cpp_permute(value, K)
         qtype = Q.F32 if value.ndim == 1 else weight_type
         if override_type is not None and gname == "blk.1.ffn_up.weight":
@@ -113,8 +113,8 @@ def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
         data = gguf.quants.quantize(stored, qtype)
         w.add_tensor(gname, data, raw_dtype=qtype)
         deq = gguf.quants.dequantize(data, qtype).reshape(stored.shape)
-        if suffix_is(gname, "attn_q.weight") or suffix_is(gname, "attn_k.weight"):
-            n = N if suffix_is(gname, "attn_q.weight") else K
+        if gname.endswith("attn_q.weight") or gname.endswith("attn_k.weight"):
+            n = N if gname.endswith("attn_q.weight") else K
             # Undo the permutation on the dequantised rows (quantisation blocks run along D).
             deq = deq.reshape(n, H // 2, 2, D).swapaxes(1, 2).reshape(n * H, D)
         expected[name] = deq
@@ -123,10 +123,6 @@ def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
     w.write_tensors_to_file()
     w.close()
     return expected
-
-
-def suffix_is(name, suffix):
-    return name.endswith(suffix)
 
 
 @pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1])
