@@ -6,7 +6,12 @@ completions, at most 128 new tokens, temperature 1, float32, beta 0 (no referenc
 optimizer update per step. The first step of each side (compilation, warm-up) is excluded; the
 table shows the median of the timed steps, split into rollout (generation), reward and training.
 
-    python experiments/benchmarks/grpo_step.py              # both sides, 3 timed steps each
+Ours runs twice: with sequence packing (`train.pack_sequences`, rows rounded up to a multiple of
+8, so a few row counts compile once each) and without (one sequence per row at the rollout's
+full width). A packed step that met a new row count compiles inside its train time; such steps
+are left out of the median and counted in the "compiles" column.
+
+    python experiments/benchmarks/grpo_step.py              # all three, 3 timed steps each
     python experiments/benchmarks/grpo_step.py --skip-trl   # ours only (no peers extra)
 
 TRL needs the `peers` extra (torch CPU, transformers, trl).
@@ -23,7 +28,7 @@ import time
 PROMPTS, GROUP, MAX_NEW = 8, 4, 128
 
 
-def run_ours(args, workdir: str) -> dict:
+def run_ours(args, workdir: str, *, pack: bool) -> dict:
     from jaxrl_llm.config import apply_overrides, grpo_config
     from jaxrl_llm.metrics import read_metrics
     from jaxrl_llm.runners import train
@@ -37,6 +42,8 @@ def run_ours(args, workdir: str) -> dict:
             "rollout.max_new_tokens": MAX_NEW,
             "rollout.temperature": 1.0,
             "train.num_minibatches": 1,
+            "train.pack_sequences": pack,
+            "train.pack_row_multiple": 8,
             "train.num_steps": 1 + args.steps,
             "train.checkpoint_every": 1000,
             "loss.kl_beta": 0.0,
@@ -46,8 +53,12 @@ def run_ours(args, workdir: str) -> dict:
         },
     )
     train(config, workdir, progress=False)
-    rows = read_metrics(workdir)[1:]  # drop the compile step
+    rows = read_metrics(workdir)[1:]  # drop the first step (compiles everything)
+    compiled = [r for r in rows if r.get("time/new_train_shape")]
+    rows = [r for r in rows if not r.get("time/new_train_shape")] or rows
     return {
+        "compiles": len(compiled),
+        "train_rows": statistics.mean(r["train/rows"] for r in rows),
         "step_s": statistics.median(r["time/step_s"] for r in rows),
         "rollout_s": statistics.median(r["time/rollout_s"] for r in rows),
         "reward_s": statistics.median(r["time/reward_s"] for r in rows),
@@ -144,6 +155,8 @@ def run_trl(args, export_dir: str) -> dict:
         "reward_s": float("nan"),
         "train_s": statistics.median(s - g for s, g in zip(steps, gen, strict=False)),
         "completion_tokens": statistics.mean(lengths[1:]) if len(lengths) > 1 else float("nan"),
+        "compiles": 0,
+        "train_rows": float("nan"),
     }
 
 
@@ -158,7 +171,8 @@ def main():
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        results["jaxrl_llm"] = run_ours(args, os.path.join(tmp, "ours"))
+        results["jaxrl_llm packed"] = run_ours(args, os.path.join(tmp, "packed"), pack=True)
+        results["jaxrl_llm"] = run_ours(args, os.path.join(tmp, "ours"), pack=False)
         if not args.skip_trl:
             import jax.numpy as jnp
 
@@ -173,20 +187,28 @@ def main():
         f"\nGRPO step, SmolLM2-135M-Instruct float32, {PROMPTS} prompts x {GROUP} completions, "
         f"<= {MAX_NEW} new tokens, beta 0, median of {args.steps} steps after 1 warm-up"
     )
-    print(
-        f"{'system':<18} {'s/step':>8} {'rollout s':>10} {'reward s':>9} {'train s':>8} {'mean completion':>16}"
+    header = (
+        "| system | s/step | rollout s | reward s | train s | mean completion tokens "
+        "| train rows | compiles left out | TRL s/step / this |"
     )
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    trl = results.get("TRL GRPOTrainer")
     for name, r in results.items():
+        ratio = "-" if trl is None else f"{trl['step_s'] / r['step_s']:.2f}x"
         print(
-            f"{name:<18} {r['step_s']:8.1f} {r['rollout_s']:10.1f} {r['reward_s']:9.2f} "
-            f"{r['train_s']:8.1f} {r['completion_tokens']:16.1f}"
+            f"| {name} | {r['step_s']:.1f} | {r['rollout_s']:.1f} | {r['reward_s']:.2f} "
+            f"| {r['train_s']:.1f} | {r['completion_tokens']:.1f} | {r['train_rows']:.1f} "
+            f"| {r['compiles']} | {ratio} |"
         )
-    if len(results) == 2:
-        ours, trl = results["jaxrl_llm"], results["TRL GRPOTrainer"]
-        print(
-            f"\nspeed-up per step: {trl['step_s'] / ours['step_s']:.2f}x (target >= 3x); "
-            f"rollout {trl['rollout_s'] / ours['rollout_s']:.2f}x, training {trl['train_s'] / ours['train_s']:.2f}x"
-        )
+    if trl is not None:
+        for name in ("jaxrl_llm packed", "jaxrl_llm"):
+            ours = results[name]
+            print(
+                f"{name}: {trl['step_s'] / ours['step_s']:.2f}x TRL per step (target >= 3x); "
+                f"rollout {trl['rollout_s'] / ours['rollout_s']:.2f}x, "
+                f"training {trl['train_s'] / ours['train_s']:.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from jaxrl_llm.algorithms.grpo import (
     build_batch,
     group_advantages,
     grpo_loss,
+    pack_batch,
     split_minibatches,
 )
 
@@ -15,5 +16,6 @@ __all__ = [
     "build_batch",
     "group_advantages",
     "grpo_loss",
+    "pack_batch",
     "split_minibatches",
 ]

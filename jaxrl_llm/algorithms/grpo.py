@@ -25,20 +25,28 @@ import numpy as np
 
 from jaxrl_llm import advantages as advantages_lib
 from jaxrl_llm import losses
+from jaxrl_llm.training import packing
 from jaxrl_llm.training.logprobs import sequence_logprobs
 
 Array = jax.Array
 
 
 class GRPOBatch(NamedTuple):
-    """One minibatch of the train step (M sequences of T tokens, Rollout layout).
+    """One minibatch of the train step: M rows of T tokens.
+
+    Unpacked (Rollout layout), row m is one sequence: prompt + completion + padding,
+    left-aligned, and `positions` / `segment_ids` are None. Packed (`pack_batch`), a row holds
+    several sequences, each with positions from 0 and its own segment id.
 
     Attributes:
-      tokens: int32 [M, T] prompt + completion + padding, left-aligned.
+      tokens: int32 [M, T].
       loss_mask: float32 [M, T], 1 at completion tokens.
       old_logp: float32 [M, T] log-probs of the behaviour policy (rollout or recomputed).
       ref_logp: float32 [M, T] log-probs of the frozen reference (zeros when beta is 0).
-      advantages: float32 [M] per-sequence advantages, broadcast over tokens.
+      advantages: float32 [M] per-sequence advantages broadcast over tokens, or [M, T] per token
+        (packed).
+      positions: int32 [M, T] or None (0..T-1 in every row).
+      segment_ids: int32 [M, T] or None (one sequence per row).
     """
 
     tokens: Array
@@ -46,6 +54,8 @@ class GRPOBatch(NamedTuple):
     old_logp: Array
     ref_logp: Array
     advantages: Array
+    positions: Array | None = None
+    segment_ids: Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +99,12 @@ def grpo_loss(model, batch: GRPOBatch, *, config: GRPOLossConfig) -> tuple[Array
       ratio statistics, each a scalar.
     """
     mask = batch.loss_mask
+    if batch.segment_ids is not None and config.agg != "token-mean":
+        raise ValueError(
+            f"grpo_loss: packed batches support agg='token-mean' only, got agg={config.agg!r} "
+            "(a packed row does not know its sequences' counts): set config.loss.agg="
+            "'token-mean' or config.train.pack_sequences=False."
+        )
     logp, entropy = sequence_logprobs(
         model,
         batch.tokens,
@@ -96,6 +112,8 @@ def grpo_loss(model, batch: GRPOBatch, *, config: GRPOLossConfig) -> tuple[Array
         return_entropy=True,
         implementation=config.logprob_implementation,
         remat=config.remat,
+        positions_bt=batch.positions,
+        segment_ids_bt=batch.segment_ids,
     )
     pg_loss, metrics = losses.ppo_clip(
         logp,
@@ -166,6 +184,37 @@ def build_batch(rollout, advantages_b: np.ndarray, *, ref_logp=None, old_logp=No
         ref_logp=jnp.asarray(ref, jnp.float32),
         advantages=jnp.asarray(advantages_b, jnp.float32),
     )
+
+
+def pack_batch(
+    batch: GRPOBatch, sequence_lengths_b, *, row_multiple: int = 1
+) -> tuple[GRPOBatch, packing.PackingPlan]:
+    """Packs an unpacked `GRPOBatch` [B, T] into R <= B rows of width T (sequence packing).
+
+    Args:
+      batch: from `build_batch` (one sequence per row).
+      sequence_lengths_b: int [B], real tokens of each row (prompt + completion length).
+      row_multiple: R is rounded up to a multiple of this (e.g. the minibatch count times a
+        small bucket, so that a run compiles the train step for few shapes).
+
+    Returns:
+      (the packed batch with per-token advantages, positions and segment ids; the plan).
+    """
+    if batch.segment_ids is not None:
+        raise ValueError("pack_batch: the batch is already packed.")
+    width = batch.tokens.shape[1]
+    plan = packing.plan_packing(sequence_lengths_b, width=width, row_multiple=row_multiple)
+    host = jax.device_get(batch)
+    packed = GRPOBatch(
+        tokens=packing.pack(host.tokens, plan),
+        loss_mask=packing.pack(host.loss_mask, plan),
+        old_logp=packing.pack(host.old_logp, plan),
+        ref_logp=packing.pack(host.ref_logp, plan),
+        advantages=packing.pack(host.advantages, plan),
+        positions=plan.positions,
+        segment_ids=plan.segment_ids,
+    )
+    return jax.tree.map(jnp.asarray, packed), plan
 
 
 def split_minibatches(batch: GRPOBatch, num_minibatches: int) -> list[GRPOBatch]:

@@ -123,6 +123,7 @@ class Attention(nnx.Module):
         positions_bt: Array,
         inv_freq_h2: Array,
         layer_kv: LayerKV | None = None,
+        segment_ids_bt: Array | None = None,
     ) -> tuple[Array, LayerKV | None]:
         q = jnp.einsum("btd,dnh->btnh", x_btd, self.q_proj[...])
         k = jnp.einsum("btd,dkh->btkh", x_btd, self.k_proj[...])
@@ -153,6 +154,9 @@ class Attention(nnx.Module):
         # Causal by absolute position. With a cache, slots past a sequence's current position hold
         # stale or padding entries; they are masked here and overwritten before they become causal.
         mask_bts = key_positions_bs[:, None, :] <= positions_bt[:, :, None]
+        if segment_ids_bt is not None:
+            # Packed rows: a token sees only earlier tokens of its own sequence (segment).
+            mask_bts &= segment_ids_bt[:, None, :] == segment_ids_bt[:, :, None]
         out_btnh = grouped_query_attention(q, keys_bskh, values_bskh, mask_bts)
         out_btd = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_proj[...])
         return out_btd, layer_kv
@@ -207,9 +211,9 @@ class DecoderLayer(nnx.Module):
         self.post_attention_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dt)
         self.mlp = SwiGLU(config, rngs=rngs)
 
-    def __call__(self, x_btd, positions_bt, inv_freq_h2, layer_kv=None):
+    def __call__(self, x_btd, positions_bt, inv_freq_h2, layer_kv=None, segment_ids_bt=None):
         attn_out, layer_kv = self.attention(
-            self.input_norm(x_btd), positions_bt, inv_freq_h2, layer_kv
+            self.input_norm(x_btd), positions_bt, inv_freq_h2, layer_kv, segment_ids_bt
         )
         x_btd = x_btd + attn_out
         x_btd = x_btd + self.mlp(self.post_attention_norm(x_btd))

@@ -87,6 +87,7 @@ class Transformer(nnx.Module):
         positions_bt: Array | None = None,
         kv_cache: KVCache | None = None,
         remat: bool = False,
+        segment_ids_bt: Array | None = None,
     ) -> tuple[Array, KVCache | None]:
         """Final-normed hidden states, optionally reading and writing a KV cache.
 
@@ -98,6 +99,9 @@ class Transformer(nnx.Module):
           remat: recompute each layer's activations in the backward pass instead of storing
             them (gradient checkpointing): the stored activations drop to one [B, T, D] per layer
             for about a third more compute. Only without a cache.
+          segment_ids_bt: int32 [B, T] for packed rows (several sequences per row, each with
+            its own positions from 0): a token attends only to tokens of the same segment id.
+            Only without a cache. See `jaxrl_llm.training.packing`.
 
         Returns:
           (hidden [B, T, D] in the model dtype, the updated cache or None).
@@ -111,6 +115,13 @@ class Transformer(nnx.Module):
             raise ValueError(
                 f"positions_bt {positions_bt.shape} must match tokens_bt {tokens_bt.shape}."
             )
+        if segment_ids_bt is not None:
+            if kv_cache is not None:
+                raise ValueError("segment_ids_bt (packed rows) is for cache-free forwards only.")
+            if segment_ids_bt.shape != tokens_bt.shape:
+                raise ValueError(
+                    f"segment_ids_bt {segment_ids_bt.shape} must match tokens_bt {tokens_bt.shape}."
+                )
         if kv_cache is not None and len(kv_cache.layers) != len(self.layers):
             raise ValueError(
                 f"kv_cache has {len(kv_cache.layers)} layers, the model {len(self.layers)}."
@@ -121,10 +132,10 @@ class Transformer(nnx.Module):
         new_layers = []
         for i, layer in enumerate(self.layers):
             if remat and kv_cache is None:
-                x_btd = _rematerialized_layer(layer, x_btd, positions_bt, inv_freq)
+                x_btd = _rematerialized_layer(layer, x_btd, positions_bt, inv_freq, segment_ids_bt)
                 continue
             layer_kv = None if kv_cache is None else kv_cache.layers[i]
-            x_btd, layer_kv = layer(x_btd, positions_bt, inv_freq, layer_kv)
+            x_btd, layer_kv = layer(x_btd, positions_bt, inv_freq, layer_kv, segment_ids_bt)
             new_layers.append(layer_kv)
         hidden_btd = self.final_norm(x_btd)
         return hidden_btd, (None if kv_cache is None else KVCache(tuple(new_layers)))
@@ -153,9 +164,9 @@ class Transformer(nnx.Module):
 
 
 @nnx.remat
-def _rematerialized_layer(layer: DecoderLayer, x_btd, positions_bt, inv_freq_h2):
+def _rematerialized_layer(layer: DecoderLayer, x_btd, positions_bt, inv_freq_h2, segment_ids_bt):
     """One cache-free layer under gradient checkpointing (see `hidden_states(remat=True)`)."""
-    return layer(x_btd, positions_bt, inv_freq_h2)[0]
+    return layer(x_btd, positions_bt, inv_freq_h2, None, segment_ids_bt)[0]
 
 
 def init_model(config: ModelConfig, seed: int = 0) -> Transformer:

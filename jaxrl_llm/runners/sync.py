@@ -25,6 +25,7 @@ from jaxrl_llm.algorithms.grpo import (
     build_batch,
     group_advantages,
     grpo_loss,
+    pack_batch,
     split_minibatches,
 )
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like
@@ -43,7 +44,15 @@ from jaxrl_llm.training import create_train_state, make_train_step, sequence_log
 log = logging.getLogger(__name__)
 
 # Metrics that measure wall time; they differ between runs and are left out of comparisons.
-TIME_KEYS = ("time/rollout_s", "time/reward_s", "time/train_s", "time/step_s")
+# Metrics that depend on the process, not on the run's seed: wall times, and whether this step
+# compiled the train step for a new batch shape (a resumed process compiles again).
+TIME_KEYS = (
+    "time/rollout_s",
+    "time/reward_s",
+    "time/train_s",
+    "time/step_s",
+    "time/new_train_shape",
+)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -125,9 +134,15 @@ def train(
         ref_params = jax.tree.map(lambda x: x.copy(), nnx.state(model, nnx.Param))
 
     @jax.jit
-    def reference_logprobs(params, tokens):
+    def reference_logprobs(params, batch):
         ref_model = nnx.merge(graphdef, params)
-        return sequence_logprobs(ref_model, tokens, temperature=config.rollout.temperature)[0]
+        return sequence_logprobs(
+            ref_model,
+            batch.tokens,
+            temperature=config.rollout.temperature,
+            positions_bt=batch.positions,
+            segment_ids_bt=batch.segment_ids,
+        )[0]
 
     eval_kwargs = dict(
         min_prompt_bucket=config.rollout.min_prompt_bucket,
@@ -158,6 +173,7 @@ def train(
         min_prompt_bucket=config.rollout.min_prompt_bucket,
     )
     consecutive_nonfinite = 0
+    train_shapes_seen: set[tuple[int, ...]] = set()  # a new one compiles the train step
     bar = tqdm.trange(
         meta["step"],
         config.train.num_steps,
@@ -188,10 +204,18 @@ def train(
         reward_out = rewards(group_texts, completions, group_examples)
         t_train = time.time()
         advantages = group_advantages(reward_out.total, group, **advantage_kwargs)
-        ref_logp = None
+        batch = build_batch(rollout, advantages)
+        if config.train.pack_sequences:
+            sequence_lengths = np.asarray(rollout.prompt_lengths) + np.asarray(rollout.lengths)
+            batch, _ = pack_batch(
+                batch,
+                sequence_lengths,
+                row_multiple=config.train.num_minibatches * config.train.pack_row_multiple,
+            )
         if ref_params is not None:
-            ref_logp = reference_logprobs(ref_params, rollout.tokens)
-        batch = build_batch(rollout, advantages, ref_logp=ref_logp)
+            batch = batch._replace(ref_logp=reference_logprobs(ref_params, batch))
+        new_shape = batch.tokens.shape not in train_shapes_seen
+        train_shapes_seen.add(batch.tokens.shape)
         step_metrics = []
         for minibatch in split_minibatches(batch, config.train.num_minibatches):
             state, m = train_step(state, minibatch)
@@ -208,6 +232,8 @@ def train(
             "reward/timeouts": float(sum(reward_out.num_timeouts.values())),
             "completion/length": float(np.mean(np.asarray(rollout.lengths))),
             "completion/eos_fraction": float(np.mean(np.asarray(rollout.finish_reason) != 0)),
+            "train/rows": float(batch.tokens.shape[0]),
+            "time/new_train_shape": float(new_shape),
             **{f"train/{k}": v for k, v in step_metrics.items()},
             "time/rollout_s": t_reward - t_step,
             "time/reward_s": t_train - t_reward,

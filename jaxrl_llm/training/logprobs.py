@@ -23,6 +23,8 @@ def sequence_logprobs(
     return_entropy: bool = False,
     implementation: str | None = None,
     remat: bool = False,
+    positions_bt: Array | None = None,
+    segment_ids_bt: Array | None = None,
 ) -> tuple[Array, Array | None]:
     """Log-probs (and entropies) of every token of `tokens_bt` under `model`.
 
@@ -33,6 +35,9 @@ def sequence_logprobs(
       return_entropy: also return the entropy of each next-token distribution.
       implementation: the `kernels.logprobs` backend; None picks by device.
       remat: gradient checkpointing per layer (see `Transformer.hidden_states`).
+      positions_bt, segment_ids_bt: int32 [B, T] for packed rows (`jaxrl_llm.training.packing`);
+        None for one sequence per row. In a packed row, the first token of each sequence gets
+        the log-prob of following the previous sequence: mask it out (it is a prompt token).
 
     Returns:
       (logp_bt float32 [B, T], entropy_bt float32 [B, T] or None); column 0 is 0 in both.
@@ -40,7 +45,9 @@ def sequence_logprobs(
     """
     if tokens_bt.ndim != 2:
         raise ValueError(f"sequence_logprobs: tokens_bt must be [B, T], got {tokens_bt.shape}.")
-    hidden_btd, _ = model.hidden_states(tokens_bt, remat=remat)
+    hidden_btd, _ = model.hidden_states(
+        tokens_bt, positions_bt=positions_bt, segment_ids_bt=segment_ids_bt, remat=remat
+    )
     logp, entropy = token_logprobs(
         hidden_btd[:, :-1],
         model.unembed_matrix(),

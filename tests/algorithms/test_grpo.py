@@ -11,6 +11,7 @@ from jaxrl_llm.algorithms import (
     build_batch,
     group_advantages,
     grpo_loss,
+    pack_batch,
     split_minibatches,
 )
 from jaxrl_llm.models import init_model, tiny_config
@@ -104,3 +105,46 @@ def test_build_batch_keeps_rollout_width_and_split_minibatches():
     np.testing.assert_array_equal(np.asarray(parts[1].advantages), [3, 4])
     with pytest.raises(ValueError, match="num_minibatches=3"):
         split_minibatches(batch, 3)
+
+
+def test_packed_batch_gives_the_unpacked_loss_and_gradient():
+    from flax import nnx
+
+    model = init_model(tiny_config(tie_word_embeddings=False), seed=0)
+    rng = np.random.default_rng(0)
+    prompt_len, comp_len = np.array([3, 2, 4, 2]), np.array([2, 3, 1, 4])
+    width = 11  # lengths 5, 5, 5, 6 pack into 2 rows
+    tokens = np.zeros((4, width), np.int32)
+    mask = np.zeros((4, width), np.float32)
+    for b, (p, c) in enumerate(zip(prompt_len, comp_len, strict=True)):
+        tokens[b, : p + c] = rng.integers(1, 256, p + c)
+        mask[b, p : p + c] = 1
+    logp, _ = sequence_logprobs(model, jnp.asarray(tokens))
+    old = (np.asarray(logp) - 0.05 * rng.standard_normal((4, width))) * mask  # ratios != 1
+    ref = (np.asarray(logp) - 0.1) * mask
+    adv = np.array([1.0, -0.5, 0.25, -1.5], np.float32)
+    batch = GRPOBatch(*(jnp.asarray(x) for x in (tokens, mask, old, ref, adv)))
+    packed, plan = pack_batch(batch, prompt_len + comp_len, row_multiple=1)
+    assert packed.tokens.shape == (2, width) and plan.num_rows == 2
+    assert packed.advantages.shape == (2, width)
+    config = GRPOLossConfig(kl_beta=0.05, clip_low=0.02, clip_high=0.02)
+
+    def loss_and_grad(b):
+        def f(m):
+            return grpo_loss(m, b, config=config)
+
+        (loss, metrics), grads = nnx.value_and_grad(f, has_aux=True)(model)
+        return float(loss), metrics, grads
+
+    loss_u, metrics_u, grads_u = loss_and_grad(batch)
+    loss_p, metrics_p, grads_p = loss_and_grad(packed)
+    assert float(metrics_u["clipfrac"]) > 0  # the clip is exercised
+    np.testing.assert_allclose(loss_p, loss_u, rtol=1e-5, atol=1e-6)
+    for k in ("kl_ref", "entropy", "clipfrac"):
+        np.testing.assert_allclose(float(metrics_p[k]), float(metrics_u[k]), rtol=1e-5, atol=1e-6)
+    for gu, gp in zip(jax.tree.leaves(grads_u), jax.tree.leaves(grads_p), strict=True):
+        np.testing.assert_allclose(np.asarray(gp), np.asarray(gu), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="token-mean"):
+        grpo_loss(model, packed, config=GRPOLossConfig(agg="seq-mean-token-mean"))
+    with pytest.raises(ValueError, match="already packed"):
+        pack_batch(packed, prompt_len + comp_len)

@@ -120,3 +120,32 @@ def test_nonfinite_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
     assert [r["train/nonfinite"] for r in rows] == [0.0, 0.0, 1.0, 1.0]
     steps = sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
     assert steps[-1] == 2  # the last good checkpoint is kept; nothing was saved after it
+
+
+def test_packed_run_matches_unpacked_first_step(tmp_path):
+    overrides = {
+        "train.num_steps": 1,
+        "train.num_minibatches": 1,
+        "train.pack_row_multiple": 1,
+        "rollout.min_prompt_bucket": 128,  # rows of 136 columns: two tiny-task sequences fit
+        "loss.kl_beta": 0.1,  # the reference forward runs on the packed rows too
+        "eval.before": False,
+        "eval.after": False,
+    }
+    rows = {}
+    for pack in (False, True):
+        config = load_config(TINY, dict(overrides, **{"train.pack_sequences": pack}))
+        workdir = tmp_path / str(pack)
+        train(config, str(workdir), progress=False)
+        rows[pack] = read_metrics(str(workdir))[0]
+    sequences = 2 * 4
+    assert rows[False]["train/rows"] == sequences
+    assert rows[True]["train/rows"] < sequences
+    assert rows[True]["reward/mean"] == rows[False]["reward/mean"]  # same rollout
+    for key in ("train/pg_loss", "train/entropy", "train/kl_ref", "train/grad_norm"):
+        np.testing.assert_allclose(rows[True][key], rows[False][key], rtol=1e-4, atol=1e-6)
+
+
+def test_packing_needs_token_mean_aggregation():
+    with pytest.raises(ValueError, match="config.train.pack_sequences=True needs"):
+        load_config(TINY, {"train.pack_sequences": True, "loss.agg": "seq-mean-token-mean"})
