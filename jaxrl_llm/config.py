@@ -112,6 +112,9 @@ def grpo_config() -> ml_collections.ConfigDict:
     # a multiple of num_minibatches * pack_row_multiple (each new row count compiles once).
     c.train.pack_sequences = False
     c.train.pack_row_multiple = 4
+    # Width of a packed row; 0 = the rollout's width (prompt bucket + max_new_tokens). Wider rows
+    # leave less unused at each row's end; must be at least the rollout's width.
+    c.train.pack_width = 0
     # Stop after this many consecutive steps whose loss or gradients were not finite.
     c.train.max_consecutive_nonfinite = 3
 
@@ -167,6 +170,15 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.train.pack_sequences=True needs config.loss.agg='token-mean' (got "
             f"{config.loss.agg!r}): set one or the other."
+        )
+    if config.train.pack_width and config.train.pack_width < (
+        config.rollout.min_prompt_bucket + config.rollout.max_new_tokens
+    ):
+        raise ValueError(
+            f"config.train.pack_width={config.train.pack_width} is narrower than a rollout row "
+            f"(rollout.min_prompt_bucket + rollout.max_new_tokens = "
+            f"{config.rollout.min_prompt_bucket + config.rollout.max_new_tokens}): raise it, or "
+            "set 0 for the rollout's width."
         )
     if config.rollout.group_size < 2:
         raise ValueError(

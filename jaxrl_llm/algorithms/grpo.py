@@ -187,22 +187,24 @@ def build_batch(rollout, advantages_b: np.ndarray, *, ref_logp=None, old_logp=No
 
 
 def pack_batch(
-    batch: GRPOBatch, sequence_lengths_b, *, row_multiple: int = 1
+    batch: GRPOBatch, sequence_lengths_b, *, row_multiple: int = 1, width: int | None = None
 ) -> tuple[GRPOBatch, packing.PackingPlan]:
-    """Packs an unpacked `GRPOBatch` [B, T] into R <= B rows of width T (sequence packing).
+    """Packs an unpacked `GRPOBatch` [B, T] into R rows of width W (sequence packing).
 
     Args:
       batch: from `build_batch` (one sequence per row).
       sequence_lengths_b: int [B], real tokens of each row (prompt + completion length).
       row_multiple: R is rounded up to a multiple of this (e.g. the minibatch count times a
         small bucket, so that a run compiles the train step for few shapes).
+      width: W, the packed row width; None keeps T. Wider rows waste less on each row's tail
+        (attention costs grow with W, the matmuls do not); every sequence must fit in W.
 
     Returns:
       (the packed batch with per-token advantages, positions and segment ids; the plan).
     """
     if batch.segment_ids is not None:
         raise ValueError("pack_batch: the batch is already packed.")
-    width = batch.tokens.shape[1]
+    width = batch.tokens.shape[1] if width is None else width
     plan = packing.plan_packing(sequence_lengths_b, width=width, row_multiple=row_multiple)
     host = jax.device_get(batch)
     packed = GRPOBatch(

@@ -211,6 +211,7 @@ def train(
                 batch,
                 sequence_lengths,
                 row_multiple=config.train.num_minibatches * config.train.pack_row_multiple,
+                width=max(config.train.pack_width, batch.tokens.shape[1]),
             )
         if ref_params is not None:
             batch = batch._replace(ref_logp=reference_logprobs(ref_params, batch))

@@ -127,7 +127,8 @@ def test_packed_run_matches_unpacked_first_step(tmp_path):
         "train.num_steps": 1,
         "train.num_minibatches": 1,
         "train.pack_row_multiple": 1,
-        "rollout.min_prompt_bucket": 128,  # rows of 136 columns: two tiny-task sequences fit
+        "rollout.min_prompt_bucket": 64,
+        "train.pack_width": 144,  # two tiny-task sequences fit in a packed row
         "loss.kl_beta": 0.1,  # the reference forward runs on the packed rows too
         "eval.before": False,
         "eval.after": False,
@@ -149,3 +150,8 @@ def test_packed_run_matches_unpacked_first_step(tmp_path):
 def test_packing_needs_token_mean_aggregation():
     with pytest.raises(ValueError, match="config.train.pack_sequences=True needs"):
         load_config(TINY, {"train.pack_sequences": True, "loss.agg": "seq-mean-token-mean"})
+
+
+def test_pack_width_narrower_than_a_rollout_row_is_named():
+    with pytest.raises(ValueError, match="config.train.pack_width=16"):
+        load_config(TINY, {"train.pack_sequences": True, "train.pack_width": 16})
