@@ -90,7 +90,11 @@ def apply_rope(x_btnh: Array, positions_bt: Array, inv_freq_h2: Array) -> Array:
 
 
 class LayerKV(NamedTuple):
-    """One layer's key/value cache: `keys`, `values` [B, S, K, H]; slot s holds position s."""
+    """One layer's key/value cache: `keys`, `values` [B, K, S, H]; slot s holds position s.
+
+    Heads before slots: attention batches its dots over (batch, kv head), so this layout feeds
+    them without transposing the whole cache at every decode step.
+    """
 
     keys: Array
     values: Array
@@ -134,21 +138,23 @@ class Attention(nnx.Module):
         k = apply_rope(k, positions_bt, inv_freq_h2)
 
         if layer_kv is None:
-            keys_bskh, values_bskh, key_positions_bs = k, v, positions_bt
+            keys_bksh, values_bksh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+            key_positions_bs = positions_bt
         else:
             # Write this step's keys and values at their absolute positions (slot = position);
-            # positions past the cache end are dropped rather than wrapped.
+            # positions past the cache end are dropped rather than wrapped. Indexing [b, :, s]
+            # puts the indexed dims first, so the update is [B, T, K, H] like k and v.
             batch_index_bt = jnp.broadcast_to(
                 jnp.arange(x_btd.shape[0])[:, None], positions_bt.shape
             )
-            keys_bskh = layer_kv.keys.at[batch_index_bt, positions_bt].set(
+            keys_bksh = layer_kv.keys.at[batch_index_bt, :, positions_bt].set(
                 k.astype(layer_kv.keys.dtype), mode="drop"
             )
-            values_bskh = layer_kv.values.at[batch_index_bt, positions_bt].set(
+            values_bksh = layer_kv.values.at[batch_index_bt, :, positions_bt].set(
                 v.astype(layer_kv.values.dtype), mode="drop"
             )
-            layer_kv = LayerKV(keys_bskh, values_bskh)
-            slots = jnp.arange(keys_bskh.shape[1], dtype=positions_bt.dtype)
+            layer_kv = LayerKV(keys_bksh, values_bksh)
+            slots = jnp.arange(keys_bksh.shape[2], dtype=positions_bt.dtype)
             key_positions_bs = jnp.broadcast_to(slots, (x_btd.shape[0], slots.shape[0]))
 
         # Causal by absolute position. With a cache, slots past a sequence's current position hold
@@ -157,32 +163,37 @@ class Attention(nnx.Module):
         if segment_ids_bt is not None:
             # Packed rows: a token sees only earlier tokens of its own sequence (segment).
             mask_bts &= segment_ids_bt[:, None, :] == segment_ids_bt[:, :, None]
-        out_btnh = grouped_query_attention(q, keys_bskh, values_bskh, mask_bts)
+        out_btnh = grouped_query_attention(q, keys_bksh, values_bksh, mask_bts)
         out_btd = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_proj[...])
         return out_btd, layer_kv
 
 
-def grouped_query_attention(q_btnh: Array, k_bskh: Array, v_bskh: Array, mask_bts: Array) -> Array:
+def grouped_query_attention(q_btnh: Array, k_bksh: Array, v_bksh: Array, mask_bts: Array) -> Array:
     """Softmax attention where each of K key/value heads serves N // K query heads.
 
     Scores and softmax in float32. A query with no visible key (only possible for padding rows)
     gets uniform weights instead of NaN.
 
+    Args:
+      q_btnh: queries [B, T, N, H].
+      k_bksh, v_bksh: keys and values [B, K, S, H] (the KV cache layout).
+      mask_bts: bool [B, T, S], True where query t may attend to key s.
+
     Returns:
       [B, T, N, H] in the dtype of `q`.
     """
     b, t, n, h = q_btnh.shape
-    kv_heads = k_bskh.shape[2]
+    kv_heads = k_bksh.shape[1]
     q_btkgh = q_btnh.reshape(b, t, kv_heads, n // kv_heads, h)
     scores = jnp.einsum(
-        "btkgh,bskh->bkgts",
+        "btkgh,bksh->bkgts",
         q_btkgh,
-        k_bskh.astype(q_btnh.dtype),
+        k_bksh.astype(q_btnh.dtype),
         preferred_element_type=jnp.float32,
     ) / math.sqrt(h)
     scores = jnp.where(mask_bts[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(scores, axis=-1).astype(q_btnh.dtype)
-    out = jnp.einsum("bkgts,bskh->btkgh", weights, v_bskh.astype(q_btnh.dtype))
+    out = jnp.einsum("bkgts,bksh->btkgh", weights, v_bksh.astype(q_btnh.dtype))
     return out.reshape(b, t, n, h)
 
 

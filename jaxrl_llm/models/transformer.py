@@ -30,12 +30,12 @@ from jaxrl_llm.models.layers import (
 
 Array = jax.Array
 
-# Logical axes of a KV cache array [B, S, K, H], for the sharding rule sets.
-KV_CACHE_LOGICAL_AXES = ("cache_batch", "cache_sequence", "kv_heads", "head_dim")
+# Logical axes of a KV cache array [B, K, S, H], for the sharding rule sets.
+KV_CACHE_LOGICAL_AXES = ("cache_batch", "kv_heads", "cache_sequence", "head_dim")
 
 
 class KVCache(NamedTuple):
-    """Preallocated keys and values of every layer: a tuple of L `LayerKV`, each [B, S, K, H].
+    """Preallocated keys and values of every layer: a tuple of L `LayerKV`, each [B, K, S, H].
 
     Slot s of row b holds position s of that sequence (prompts are left-aligned). Which slots are
     valid is the decode loop's business (it tracks per-sequence lengths); attention only reads
@@ -47,7 +47,7 @@ class KVCache(NamedTuple):
     @property
     def max_length(self) -> int:
         """S, the number of slots per sequence."""
-        return self.layers[0].keys.shape[1]
+        return self.layers[0].keys.shape[2]
 
 
 class Transformer(nnx.Module):
@@ -151,9 +151,9 @@ class Transformer(nnx.Module):
         return jnp.einsum("btd,dv->btv", hidden_btd, self.unembed_matrix())
 
     def init_cache(self, batch_size: int, max_length: int, dtype=None) -> KVCache:
-        """A zero KV cache with `max_length` slots per sequence, [B, S, K, H] per layer."""
+        """A zero KV cache with `max_length` slots per sequence, [B, K, S, H] per layer."""
         config = self.config
-        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
+        shape = (batch_size, config.num_kv_heads, max_length, config.head_dim)
         dtype = dtype or config.jnp_dtype
         return KVCache(
             tuple(

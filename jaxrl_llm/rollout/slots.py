@@ -53,7 +53,7 @@ class SlotState(NamedTuple):
     """Decode state of all slots.
 
     Attributes:
-      cache: `KVCache` [num_slots, max_length, K, H] per layer.
+      cache: `KVCache` [num_slots, K, max_length, H] per layer.
       tokens: int32 [num_slots], the next token to feed.
       positions: int32 [num_slots], its position.
       steps: int32 [num_slots], tokens generated since the slot's insert.
@@ -129,7 +129,7 @@ class SlotDecoder:
         """Empty slots: zero cache, every slot parked at position 0."""
         n = self.num_slots
         c = self.model_config
-        shape = (n, self.max_length, c.num_kv_heads, c.head_dim)
+        shape = (n, c.num_kv_heads, self.max_length, c.head_dim)
         cache = KVCache(
             tuple(
                 LayerKV(jnp.zeros(shape, self.cache_dtype), jnp.zeros(shape, self.cache_dtype))

@@ -101,9 +101,9 @@ def init_sharded(config: ModelConfig, mesh: Mesh, rules: Rules, *, seed: int = 0
 
 
 def cache_shardings(cache: Any, mesh: Mesh, rules: Rules) -> Any:
-    """NamedSharding for every array [B, S, K, H] of a `KVCache` (concrete or abstract).
+    """NamedSharding for every array [B, K, S, H] of a `KVCache` (concrete or abstract).
 
-    Uses `KV_CACHE_LOGICAL_AXES` = ("cache_batch", "cache_sequence", "kv_heads", "head_dim").
+    Uses `KV_CACHE_LOGICAL_AXES` = ("cache_batch", "kv_heads", "cache_sequence", "head_dim").
 
     Example:
       >>> abstract = jax.eval_shape(lambda: model.init_cache(8, 256))
@@ -114,7 +114,7 @@ def cache_shardings(cache: Any, mesh: Mesh, rules: Rules) -> Any:
     def one(x) -> NamedSharding:
         if len(x.shape) != len(KV_CACHE_LOGICAL_AXES):
             raise ValueError(
-                f"cache_shardings: a cache array must be [B, S, K, H]; got shape {x.shape}."
+                f"cache_shardings: a cache array must be [B, K, S, H]; got shape {x.shape}."
             )
         return NamedSharding(mesh, logical_to_pspec(KV_CACHE_LOGICAL_AXES, rules, mesh, x.shape))
 

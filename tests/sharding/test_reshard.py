@@ -154,15 +154,15 @@ def test_between_device_groups(src_ids, src_shape, dst_ids, dst_shape):
 
 def test_single_device_arrays_and_a_kv_cache_move_on_device():
     mesh = make_mesh((2, 4), ("data", "model"))
-    cache_like = jax.ShapeDtypeStruct((4, 8, 4, 16), jnp.float32)
+    cache_like = jax.ShapeDtypeStruct((4, 4, 8, 16), jnp.float32)  # [B, K, S, H]
     shardings = cache_shardings({"k": cache_like, "v": cache_like}, mesh, DECODE_RULES)
     one_device = {
-        "k": jnp.arange(4 * 8 * 4 * 16, dtype=jnp.float32).reshape(4, 8, 4, 16),
-        "v": jnp.ones((4, 8, 4, 16)),
+        "k": jnp.arange(4 * 4 * 8 * 16, dtype=jnp.float32).reshape(4, 4, 8, 16),
+        "v": jnp.ones((4, 4, 8, 16)),
     }
     values = _host(one_device)
     cache, _ = reshard(one_device, shardings, donate=True)
-    assert cache["k"].sharding.spec == P("data", None, "model", None)
+    assert cache["k"].sharding.spec == P("data", "model", None, None)
     assert one_device["k"].is_deleted() and one_device["v"].is_deleted()
     _assert_same_values(values, cache)
     other = cache_shardings(cache, _group(range(4, 8), (4, 1)), DECODE_RULES)

@@ -65,7 +65,7 @@ def test_logical_to_pspec_exact_specs_without_a_mesh():
     assert logical_to_pspec(("vocab", "embed"), TRAIN_RULES) == P("model", "data")
     assert logical_to_pspec(("embed", "mlp"), DECODE_RULES) == P(None, "model")
     assert logical_to_pspec(("norm",), TRAIN_RULES) == P(None)
-    assert logical_to_pspec(KV_CACHE_LOGICAL_AXES, DECODE_RULES) == P("data", None, "model", None)
+    assert logical_to_pspec(KV_CACHE_LOGICAL_AXES, DECODE_RULES) == P("data", "model", None, None)
     assert logical_to_pspec((None, "mlp"), TRAIN_RULES) == P(None, "model")
 
 
@@ -146,9 +146,9 @@ def test_cache_shardings():
     abstract = jax.eval_shape(lambda: model.init_cache(4, 16))
     shardings = cache_shardings(abstract, mesh, DECODE_RULES)
     specs = {s.spec for s in jax.tree.leaves(shardings)}
-    assert specs == {P("data", None, "model", None)}
+    assert specs == {P("data", "model", None, None)}
     assert len(jax.tree.leaves(shardings)) == 2 * config.num_layers
     cache = jax.jit(lambda: model.init_cache(4, 16), out_shardings=shardings)()
-    assert cache.layers[1].values.sharding == NamedSharding(mesh, P("data", None, "model", None))
-    with pytest.raises(ValueError, match=r"\[B, S, K, H\]"):
+    assert cache.layers[1].values.sharding == NamedSharding(mesh, P("data", "model", None, None))
+    with pytest.raises(ValueError, match=r"\[B, K, S, H\]"):
         cache_shardings(jax.ShapeDtypeStruct((4, 16), "float32"), mesh, DECODE_RULES)
