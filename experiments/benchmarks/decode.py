@@ -211,7 +211,6 @@ class LlamaCppBatched:
         self.model = llama_cpp.llama_model_load_from_file(path.encode(), model_params)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {path}")
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = max_batch * max_len
         params.n_batch = params.n_ubatch = 512
@@ -267,11 +266,6 @@ class LlamaCppBatched:
         for chain in chains:
             lib.llama_sampler_free(chain)
         return produced
-
-    def close(self):
-        self.lib.llama_batch_free(self.batch)
-        self.lib.llama_free(self.ctx)
-        self.lib.llama_model_free(self.model)
 
 
 def load_llama_cpp(path: str, prompts_by_batch: dict, new_tokens: int):

@@ -62,10 +62,15 @@ class Rollout(NamedTuple):
     finish_reason: Array
 
     @property
+    def sequence_lengths(self) -> Array:
+        """int32 [B]: p_b + n_b, the real (prompt and completion) tokens of each row."""
+        return self.prompt_lengths + self.lengths
+
+    @property
     def sequence_mask(self) -> Array:
         """bool [B, T]: True at prompt and completion tokens, False at padding."""
         positions = jnp.arange(self.tokens.shape[1])
-        return positions[None, :] < (self.prompt_lengths + self.lengths)[:, None]
+        return positions[None, :] < self.sequence_lengths[:, None]
 
     @property
     def prompt_mask(self) -> Array:
@@ -77,7 +82,7 @@ class Rollout(NamedTuple):
         """The completion token ids of each row, as Python lists (copies to host)."""
         tokens = np.asarray(self.tokens)
         starts = np.asarray(self.prompt_lengths)
-        ends = starts + np.asarray(self.lengths)
+        ends = np.asarray(self.sequence_lengths)
         return [tokens[b, starts[b] : ends[b]].tolist() for b in range(tokens.shape[0])]
 
     def finish_reason_names(self) -> list[str]:

@@ -206,10 +206,9 @@ def train(
         advantages = group_advantages(reward_out.total, group, **advantage_kwargs)
         batch = build_batch(rollout, advantages)
         if config.train.pack_sequences:
-            sequence_lengths = np.asarray(rollout.prompt_lengths) + np.asarray(rollout.lengths)
             batch, _ = pack_batch(
                 batch,
-                sequence_lengths,
+                np.asarray(rollout.sequence_lengths),
                 row_multiple=config.train.num_minibatches * config.train.pack_row_multiple,
                 width=max(config.train.pack_width, batch.tokens.shape[1]),
             )

@@ -59,6 +59,28 @@ async def _decode(client, text: str, max_tokens: int):
     return "".join(texts), ids
 
 
+def _serve(engine, texts, max_tokens):
+    """[(text, token ids)] of each request, decoded concurrently by JetStream's orchestrator
+    with `engine` as both its prefill and its generate engine."""
+    params = engine.load_params()
+    driver = orchestrator.Driver(
+        prefill_engines=[engine],
+        generate_engines=[engine],
+        prefill_params=[params],
+        generate_params=[params],
+        interleaved_mode=True,
+    )
+    try:
+        client = orchestrator.LLMOrchestrator(driver=driver)
+
+        async def run_all():
+            return await asyncio.gather(*(_decode(client, t, max_tokens) for t in texts))
+
+        return asyncio.run(run_all())
+    finally:
+        driver.stop()
+
+
 def test_orchestrator_matches_greedy_generate(tiny_model, monkeypatch):
     # google-jetstream 0.2.2's orchestrator frees prefixes with `jax.tree_map`, which JAX removed
     # (0.6); alias it to `jax.tree.map` for this test only. Without it the generate thread dies
@@ -85,23 +107,7 @@ def test_orchestrator_matches_greedy_generate(tiny_model, monkeypatch):
         eos_ids=(eos,),
     )
     assert isinstance(engine, engine_api.Engine)
-    params = engine.load_params()
-    driver = orchestrator.Driver(
-        prefill_engines=[engine],
-        generate_engines=[engine],
-        prefill_params=[params],
-        generate_params=[params],
-        interleaved_mode=True,
-    )
-    try:
-        client = orchestrator.LLMOrchestrator(driver=driver)
-
-        async def run_all():
-            return await asyncio.gather(*(_decode(client, _text(p), MAX_TOKENS) for p in prompts))
-
-        results = asyncio.run(run_all())
-    finally:
-        driver.stop()
+    results = _serve(engine, [_text(p) for p in prompts], MAX_TOKENS)
     for (text, ids), want in zip(results, expected, strict=True):
         assert ids == want
         assert text == tokenizer.decode(want)
@@ -129,23 +135,7 @@ def test_orchestrator_smollm2_texts_equal_greedy_generate(monkeypatch):
     engine = JetStreamEngine(
         model, tokenizer, max_concurrent_decodes=2, max_prefill_length=64, max_target_length=96
     )
-    params = engine.load_params()
-    driver = orchestrator.Driver(
-        prefill_engines=[engine],
-        generate_engines=[engine],
-        prefill_params=[params],
-        generate_params=[params],
-        interleaved_mode=True,
-    )
-    try:
-        client = orchestrator.LLMOrchestrator(driver=driver)
-
-        async def run_all():
-            return await asyncio.gather(*(_decode(client, t, max_tokens) for t in texts))
-
-        results = asyncio.run(run_all())
-    finally:
-        driver.stop()
+    results = _serve(engine, texts, max_tokens)
     assert "Paris" in results[0][0]
     for (text, ids), want in zip(results, ours, strict=True):
         assert ids == want
