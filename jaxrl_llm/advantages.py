@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jaxrl_llm.losses import _checks
 
 __all__ = [
+    "GROUP_ESTIMATORS",
     "discounted_returns",
     "gae",
     "grpo",
@@ -22,6 +23,10 @@ __all__ = [
     "rloo",
     "whiten",
 ]
+
+
+# Estimators that compare the G completions of one prompt (the `group_advantages` choices).
+GROUP_ESTIMATORS = ("grpo", "rloo")
 
 
 def _data(*arrays: jax.Array) -> tuple[jax.Array, ...]:

@@ -1,7 +1,11 @@
-"""The GRPO run configuration (ml_collections), its validation, and loading with overrides.
+"""Run configurations (ml_collections): a base plus one section set per algorithm.
 
-Every field has a comment; `validate_config` names the field and the fix for a bad value, and
-`load_config` suggests close matches for an unknown key.
+    config = config_for("ppo")       # base_config() + PPO's `loss` and `critic` sections
+
+Every field has a comment; the algorithm's sections come from its module
+(`jaxrl_llm.algorithms.<name>.default_config`). `validate_config` is the one place a config is
+checked (base fields, placement, then the algorithm's own `validate`) and names the field and the
+fix for a bad value; `load_config` suggests close matches for an unknown key.
 """
 
 from __future__ import annotations
@@ -15,9 +19,15 @@ from typing import Any
 import ml_collections
 
 
-def grpo_config() -> ml_collections.ConfigDict:
-    """The default GRPO configuration (SmolLM2-135M-Instruct, chain_sum), locked."""
+def base_config() -> ml_collections.ConfigDict:
+    """The fields every online RL run shares (no algorithm section), unlocked.
+
+    `config_for(name)` adds the algorithm's own sections (`config.loss`, and e.g. PPO's
+    `config.critic`) and locks it.
+    """
     c = ml_collections.ConfigDict()
+    # The algorithm, by registry name (jaxrl_llm.algorithms): grpo, ppo, reinforce_pp, remax.
+    c.algorithm = "grpo"
     # Base seed: data order, rollout sampling (seed + step) and random init derive from it.
     c.seed = 0
 
@@ -69,22 +79,6 @@ def grpo_config() -> ml_collections.ConfigDict:
     # Prompts are right-padded to at least this many tokens: one shape, one compiled program.
     c.rollout.min_prompt_bucket = 64
 
-    c.loss = ml_collections.ConfigDict()
-    # PPO clip range [1 - clip_low, 1 + clip_high].
-    c.loss.clip_low = 0.2
-    c.loss.clip_high = 0.28
-    # KL penalty to the frozen initial policy; 0 skips the reference forward.
-    c.loss.kl_beta = 0.0
-    # KL estimator: k1, k2, k3, k1+, k3+.
-    c.loss.kl_estimator = "k3"
-    # Entropy bonus weight.
-    c.loss.entropy_coef = 0.0
-    # Loss aggregation: token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm.
-    c.loss.agg = "token-mean"
-    # Advantage estimator: "grpo" or "rloo"; normalize_std=False is Dr. GRPO.
-    c.loss.advantage = "grpo"
-    c.loss.normalize_std = True
-
     c.optimizer = ml_collections.ConfigDict()
     # AdamW peak learning rate, warmup (in optimizer updates) and schedule after it.
     c.optimizer.learning_rate = 2e-5
@@ -117,6 +111,9 @@ def grpo_config() -> ml_collections.ConfigDict:
     c.train.pack_width = 0
     # Stop after this many consecutive steps whose loss or gradients were not finite.
     c.train.max_consecutive_nonfinite = 3
+    # Wall-time budget of the training loop in seconds (evaluations excluded); the run stops
+    # after the first step that ends past it (0: no budget). For equal-time comparisons.
+    c.train.max_time_s = 0.0
 
     c.eval = ml_collections.ConfigDict()
     # Greedy held-out accuracy before the first and after the last step.
@@ -124,9 +121,41 @@ def grpo_config() -> ml_collections.ConfigDict:
     c.eval.after = True
     c.eval.batch_size = 50
     c.eval.max_new_tokens = 32
+    # Also evaluate every N steps during training (0: only before and after).
+    c.eval.every = 0
 
+    c.placement = ml_collections.ConfigDict()
+    # "colocated": every role on one mesh; the rollout reads the actor's weights resharded
+    # from the train layout (FSDP x TP rules) to the decode layout (TP rules) each step.
+    # "split": the rollout gets its own devices; weights move there device to device.
+    c.placement.mode = "colocated"
+    # ("data", "model") sizes of the train mesh (actor, reference, critic), on the first
+    # data * model devices.
+    c.placement.train_mesh = (1, 1)
+    # ("data", "model") sizes of the rollout mesh in split mode, on the next devices.
+    c.placement.rollout_mesh = (1, 1)
+    return c
+
+
+def config_for(algorithm: str = "grpo") -> ml_collections.ConfigDict:
+    """The default run config of a registered algorithm: `base_config()` plus its sections.
+
+    Example:
+      >>> config = config_for("ppo")     # config.loss (GAE, KL in reward), config.critic
+    """
+    from jaxrl_llm.algorithms import registry
+
+    c = base_config()
+    c.algorithm = algorithm
+    for section, fields in registry.get(algorithm).default_config().items():
+        c[section] = fields
     c.lock()
     return c
+
+
+def grpo_config() -> ml_collections.ConfigDict:
+    """The default GRPO configuration (SmolLM2-135M-Instruct, chain_sum), locked."""
+    return config_for("grpo")
 
 
 _POSITIVE_INTS = (
@@ -155,7 +184,13 @@ def _get(config, dotted: str):
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Raises ValueError naming the first field with an impossible value, and the fix."""
+    """Raises ValueError naming the first field with an impossible value, and the fix.
+
+    The one place a run config is checked: the base fields here, then the algorithm's own
+    rules (its `validate`, registered beside it in `jaxrl_llm.algorithms`).
+    """
+    from jaxrl_llm.algorithms import registry
+
     for field in _POSITIVE_INTS:
         value = _get(config, field)
         if not isinstance(value, int) or value < 1:
@@ -166,11 +201,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.train.num_minibatches={config.train.num_minibatches} must divide "
             f"num_prompts * group_size = {sequences} sequences per step."
         )
-    if config.train.pack_sequences and config.loss.agg != "token-mean":
-        raise ValueError(
-            f"config.train.pack_sequences=True needs config.loss.agg='token-mean' (got "
-            f"{config.loss.agg!r}): set one or the other."
-        )
     if config.train.pack_width and config.train.pack_width < (
         config.rollout.min_prompt_bucket + config.rollout.max_new_tokens
     ):
@@ -179,10 +209,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"(rollout.min_prompt_bucket + rollout.max_new_tokens = "
             f"{config.rollout.min_prompt_bucket + config.rollout.max_new_tokens}): raise it, or "
             "set 0 for the rollout's width."
-        )
-    if config.rollout.group_size < 2:
-        raise ValueError(
-            "config.rollout.group_size must be >= 2: GRPO compares completions within a group."
         )
     if not config.rollout.temperature > 0:
         raise ValueError(
@@ -196,12 +222,34 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.model.dtype={config.model.dtype!r} must be 'float32' or 'bfloat16'."
         )
-    if config.loss.advantage not in ("grpo", "rloo"):
+    if config.train.max_time_s < 0 or config.eval.every < 0:
         raise ValueError(
-            f"config.loss.advantage={config.loss.advantage!r} must be 'grpo' or 'rloo'."
+            f"config.train.max_time_s={config.train.max_time_s} and "
+            f"config.eval.every={config.eval.every} must be >= 0 (0 disables)."
         )
-    if config.loss.kl_beta < 0:
-        raise ValueError(f"config.loss.kl_beta={config.loss.kl_beta} must be >= 0.")
+    from jaxrl_llm.roles.placement import validate_placement
+
+    validate_placement(config.placement)
+    try:
+        spec = registry.get(config.algorithm)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from e
+    _check_sections(config, spec)
+    spec.validate(config)
+
+
+def _check_sections(config, spec) -> None:
+    """The config carries every field of the algorithm's sections (it was built for it)."""
+    for section, defaults in spec.default_config().items():
+        have = config.get(section)
+        missing = sorted(set(defaults.keys()) - set(have.keys() if have is not None else ()))
+        if missing:
+            raise ValueError(
+                f"config.algorithm={spec.name!r} needs config.{section}.{missing[0]} (and "
+                f"{len(missing) - 1} more), which this config lacks: start from "
+                f"jaxrl_llm.config.config_for({spec.name!r}) (e.g. experiments/configs/"
+                f"{spec.name}_smollm2.py) instead of switching config.algorithm alone."
+            )
 
 
 def _flatten(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:

@@ -1,77 +1,62 @@
-"""gin bindings for the runner's hyper-parameters; the one module that registers configurables.
+"""gin at the edge: bindings that edit the run config, and leaf functions gin may configure.
 
-The library's functions stay plain. This module registers a few of them with gin
-(`gin.external_configurable`), and the runner builds its parts through `configured` / `resolve`,
-so a gin file can change a run without touching its ml_collections config:
+gin does not sit between runners and algorithms: nothing registers an algorithm with it. Each
+top-level section of the run config is a gin configurable of the same name, and a binding sets
+the config field it names, before validation, exactly as a `--config.section.field=value` flag:
 
     # experiments/gin/clip_rloo.gin
-    GRPOLossConfig.clip_low = 0.1
-    GRPOLossConfig.clip_high = 0.15
-    group_advantages.estimator = "rloo"
+    loss.clip_low = 0.1
+    loss.clip_high = 0.15
+    loss.advantage = "rloo"
 
     python -m jaxrl_llm.main --config experiments/configs/grpo_tiny.py --workdir runs/x \\
-        --gin_file experiments/gin/clip_rloo.gin --gin_bindings 'make_optimizer.b2 = 0.95'
+        --gin_file experiments/gin/clip_rloo.gin --gin_bindings 'optimizer.b2 = 0.95'
 
-What is registered (the runner builds each through this module; config defaults in brackets):
-
-  GRPOLossConfig      clip_low, clip_high, kl_beta, kl_estimator, entropy_coef, agg, norm_len,
-                      logprob_implementation, remat                        [config.loss]
-  group_advantages    estimator ("grpo" or "rloo"), normalize_std           [config.loss]
-  make_optimizer      learning_rate, warmup_steps, total_steps, schedule, weight_decay, b1, b2,
-                      eps, max_grad_norm                                   [config.optimizer]
-  RewardRunner        functions, weights, timeout_s, max_concurrency       [config.rewards]
-  task_reward, format_reward, math_verify_reward
-                      their keyword arguments (format_reward.max_chars); in a binding they are
-                      referred to as @task_reward, @format_reward, @math_verify_reward
-
-Precedence: the config file (with its command-line overrides) gives the defaults, and a gin
-binding wins over the config field it shadows. The runner prints one line per shadowed field
-(`gin: GRPOLossConfig.clip_low = 0.1 overrides 0.2`), and `jaxrl_llm.main` saves
-the parsed bindings to `WORKDIR/config.gin` next to `config.json`. `GRPOLossConfig.temperature`
-is not bindable: the trainer's log-probs must use the rollout temperature
-(`config.rollout.temperature`).
-
-Your own functions (a custom loss in a notebook) can join with `register(fn)` and be called
-with `configured(fn, **defaults)`.
+Precedence: a gin binding wins over the config file and its command-line overrides; the run
+prints one line per changed field (`gin: loss.clip_low = 0.1 overrides 0.2`) and `jaxrl_llm.main`
+saves the parsed bindings to `WORKDIR/config.gin`. An unknown section or field fails with close
+matches. The reward functions (`task_reward`, `format_reward`, `math_verify_reward`) are the
+only functions registered: their keyword arguments are bindable (`format_reward.max_chars = 40`).
+Your own functions (a custom loss in a notebook) join with `register(fn)` and are called with
+`configured(fn, **defaults)` or `resolve(fn, **defaults)`.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import gin
+import ml_collections
 
-from jaxrl_llm.algorithms.grpo import GRPOLossConfig, group_advantages
-from jaxrl_llm.losses.aggregation import AGG_MODES
-from jaxrl_llm.losses.kl import KL_ESTIMATORS
-from jaxrl_llm.rewards import RewardRunner, format_reward, math_verify_reward, task_reward
-from jaxrl_llm.training.optimizer import SCHEDULES, make_optimizer
+from jaxrl_llm.rewards import format_reward, math_verify_reward, task_reward
 
 _MODULE = "jaxrl_llm"
 
-# name -> (object, gin keyword arguments: allowlist or None for all, denylist).
-_RUNNER_CONFIGURABLES: dict[str, tuple[Any, Sequence[str] | None, Sequence[str]]] = {
-    "GRPOLossConfig": (GRPOLossConfig, None, ("temperature",)),
-    "group_advantages": (group_advantages, ("estimator", "normalize_std"), ()),
-    "make_optimizer": (make_optimizer, None, ()),
-    "RewardRunner": (RewardRunner, ("functions", "weights", "timeout_s", "max_concurrency"), ()),
-    "task_reward": (task_reward, None, ()),
-    "format_reward": (format_reward, None, ()),
-    "math_verify_reward": (math_verify_reward, None, ()),
+# Every top-level section a run config may have (base, and the algorithms' own sections).
+CONFIG_SECTIONS = (
+    "model",
+    "task",
+    "rewards",
+    "rollout",
+    "loss",
+    "critic",
+    "optimizer",
+    "train",
+    "eval",
+    "placement",
+)
+
+# Names of the configurables gin had before it moved to the edge, and where they went.
+_MOVED = {
+    "GRPOLossConfig": "loss",
+    "group_advantages": "loss (loss.advantage, loss.normalize_std)",
+    "make_optimizer": "optimizer",
+    "RewardRunner": "rewards (rewards.task_weight, rewards.format_weight, rewards.timeout_s)",
 }
 
-# Values checked when a binding is resolved, so a bad one fails before the first step.
-_CHOICES: dict[tuple[str, str], Sequence[str]] = {
-    ("group_advantages", "estimator"): ("grpo", "rloo"),
-    ("GRPOLossConfig", "agg"): AGG_MODES,
-    ("GRPOLossConfig", "kl_estimator"): KL_ESTIMATORS,
-    ("make_optimizer", "schedule"): SCHEDULES,
-}
-
-# Registered objects (original, unwrapped) -> their gin name.
 _NAMES: dict[Any, str] = {}
 _REPORTED: set[tuple[str, str, str]] = set()
 
@@ -80,9 +65,7 @@ class GinConfigError(ValueError):
     """A gin file or binding could not be parsed or names something unknown."""
 
 
-def register(
-    fn_or_cls, *, name: str | None = None, module: str = _MODULE, allowlist=None, denylist=None
-):
+def register(fn_or_cls, *, name: str | None = None, module: str = _MODULE, allowlist=None, denylist=None):
     """Registers a plain function or class with gin (idempotent); returns the original object.
 
     Use it for your own functions, e.g. a custom loss in a notebook, then build them with
@@ -98,12 +81,22 @@ def register(
     return fn_or_cls
 
 
-for _name, (_obj, _allow, _deny) in _RUNNER_CONFIGURABLES.items():
-    register(_obj, name=_name, allowlist=_allow, denylist=list(_deny) or None)
+def _section_configurable(name: str) -> Callable[..., dict[str, Any]]:
+    def section(**fields):
+        return fields
+
+    section.__name__ = name
+    section.__doc__ = f"The `config.{name}` section (gin bindings set its fields)."
+    return section
+
+
+_SECTIONS = {name: register(_section_configurable(name)) for name in CONFIG_SECTIONS}
+for _fn in (task_reward, format_reward, math_verify_reward):
+    register(_fn)
 
 
 def configurables() -> list[str]:
-    """The names of everything registered here (the runner's configurables and `register`ed ones)."""
+    """The names gin knows here: config sections, reward functions and `register`ed ones."""
     return sorted(set(_NAMES.values()))
 
 
@@ -129,62 +122,37 @@ def bindings(fn_or_name) -> dict[str, Any]:
     return dict(gin.get_bindings(obj))
 
 
-def _check_choices(name: str, kwargs: Mapping[str, Any]) -> None:
-    for (configurable, param), choices in _CHOICES.items():
-        if configurable == name and param in kwargs and kwargs[param] not in choices:
-            raise GinConfigError(
-                f"gin: {name}.{param}={kwargs[param]!r} must be one of {tuple(choices)}."
-            )
-    if (
-        name == "GRPOLossConfig"
-        and kwargs.get("agg") == "seq-mean-token-sum-norm"
-        and not kwargs.get("norm_len")
-    ):
-        raise GinConfigError(
-            "gin: GRPOLossConfig.agg='seq-mean-token-sum-norm' needs GRPOLossConfig.norm_len "
-            "(Dr. GRPO's constant, e.g. config.rollout.max_new_tokens)."
-        )
-
-
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _report(name: str, key: str, old: Any, new: Any) -> None:
+    if old != new and (name, key, repr(new)) not in _REPORTED:
+        _REPORTED.add((name, key, repr(new)))
+        print(f"[jaxrl_llm] gin: {name}.{key} = {_short(new)} overrides {_short(old)}")
+
+
 def resolve(fn_or_name, /, **defaults) -> dict[str, Any]:
     """The keyword arguments to call a registered function with: `defaults`, then gin's bindings.
 
-    `defaults` are the values the config file gives; a gin binding of the same name wins (and is
-    reported once per process when it differs). Bound names absent from `defaults` are added.
+    A gin binding of the same name wins (and is reported once per process when it differs).
 
     Example:
-      >>> gin.parse_config("group_advantages.estimator = 'rloo'")
-      >>> resolve("group_advantages", estimator="grpo", normalize_std=True)
-      {'estimator': 'rloo', 'normalize_std': True}
+      >>> register(my_loss); parse([], ["my_loss.clip = 0.1"])
+      >>> resolve(my_loss, clip=0.2, coef=1.0)
+      {'clip': 0.1, 'coef': 1.0}
     """
     _, name = _lookup(fn_or_name)
     bound = bindings(fn_or_name)
     for key, value in bound.items():
-        if key in defaults and defaults[key] != value and (name, key, repr(value)) not in _REPORTED:
-            _REPORTED.add((name, key, repr(value)))
-            print(
-                f"[jaxrl_llm] gin: {name}.{key} = {_short(value)} overrides {_short(defaults[key])}"
-            )
-    kwargs = {**defaults, **bound}
-    if name == "GRPOLossConfig" and "agg" in bound and "norm_len" not in bound:
-        # norm_len only means something for Dr. GRPO's mode; follow the bound `agg`.
-        if kwargs["agg"] != "seq-mean-token-sum-norm":
-            kwargs["norm_len"] = None
-    _check_choices(name, kwargs)
-    return kwargs
+        if key in defaults:
+            _report(name, key, defaults[key], value)
+    return {**defaults, **bound}
 
 
 def configured(fn_or_name, /, *args, **defaults):
-    """Calls a registered function or class with `resolve(fn, **defaults)` (gin wins).
-
-    Example:
-      >>> loss_config = configured(GRPOLossConfig, clip_low=0.2, clip_high=0.28)
-    """
+    """Calls a registered function or class with `resolve(fn, **defaults)` (gin wins)."""
     obj, _ = _lookup(fn_or_name)
     return obj(*args, **resolve(fn_or_name, **defaults))
 
@@ -195,10 +163,41 @@ def bound(fn: Callable) -> Callable:
     return functools.partial(fn, **kwargs) if kwargs else fn
 
 
+def apply_to_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Sets every bound `section.field` on `config` (in place; gin wins), reporting changes.
+
+    Raises:
+      GinConfigError: a binding names a section this config lacks or a field its section lacks
+        (with close matches).
+    """
+    for section in CONFIG_SECTIONS:
+        bound_fields = bindings(section)
+        if not bound_fields:
+            continue
+        if section not in config:
+            raise GinConfigError(
+                f"gin: this config has no section {section!r} (config.algorithm="
+                f"{config.get('algorithm')!r}); sections: {', '.join(sorted(config.keys()))}."
+            )
+        node = config[section]
+        for key, value in bound_fields.items():
+            if key not in node:
+                close = difflib.get_close_matches(key, list(node.keys()), n=2, cutoff=0.6)
+                hint = f" Did you mean {section}.{' or '.join(close)}?" if close else ""
+                raise GinConfigError(f"gin: config.{section} has no field {key!r}.{hint}")
+            if isinstance(node[key], tuple) and isinstance(value, list):
+                value = tuple(value)
+            _report(section, key, node[key], value)
+            node[key] = value
+    return config
+
+
 def _hint(message: str) -> str:
     names = configurables()
     for word in message.replace("'", " ").replace('"', " ").split():
         base = word.split(".")[0]
+        if base in _MOVED:
+            return f" {base} is now a config section: bind {_MOVED[base]} instead."
         if base and base not in names:
             close = difflib.get_close_matches(base, names, n=2, cutoff=0.6)
             if close:
@@ -220,8 +219,6 @@ def parse(gin_files: Iterable[str] = (), gin_bindings: Iterable[str] = ()) -> st
         raise GinConfigError(f"gin: cannot read a gin file: {e}") from e
     except (ValueError, SyntaxError, TypeError) as e:
         message = " ".join(str(e).split())
-        if "temperature" in message:
-            message += " (the trainer's temperature is config.rollout.temperature)"
         raise GinConfigError(
             f"gin: {message}.{_hint(message)} Configurables: {', '.join(configurables())}."
         ) from e

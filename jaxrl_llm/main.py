@@ -1,9 +1,10 @@
 """Command line: `python -m jaxrl_llm.main --config CONFIG.py --workdir DIR [--config.a.b=value]`.
 
-`--gin_file F.gin` and `--gin_bindings 'GRPOLossConfig.clip_low = 0.1'` (both repeatable) bind the
-hyper-parameters registered in `jaxrl_llm.gin_bindings`; a binding wins over the config field.
+`--gin_file F.gin` and `--gin_bindings 'loss.clip_low = 0.1'` (both repeatable) set config fields
+through `jaxrl_llm.gin_bindings`; a binding wins over the config file and `--config.*` flags.
 
-Parses flags and calls `jaxrl_llm.runners.train(config, workdir)`; nothing else lives here.
+Parses flags and calls `jaxrl_llm.runners.train(config, workdir)`; nothing else lives here. The
+algorithm is the config's (`config.algorithm`; experiments/configs/<algorithm>_*.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ _GIN_FILES = flags.DEFINE_multi_string(
 _GIN_BINDINGS = flags.DEFINE_multi_string(
     "gin_bindings",
     [],
-    "gin bindings, e.g. 'GRPOLossConfig.clip_low = 0.1'; repeatable, after --gin_file.",
+    "gin bindings, e.g. 'loss.clip_low = 0.1'; repeatable, after --gin_file.",
 )
 _CACHE = flags.DEFINE_string(
     "compilation_cache",
@@ -52,8 +53,12 @@ def main(argv):
     if config is None or _WORKDIR.value is None:
         raise app.UsageError("--config and --workdir are required.")
     try:
-        validate_config(config)
         gin_text = _parse_gin(_GIN_FILES.value, _GIN_BINDINGS.value)
+        if gin_text:
+            from jaxrl_llm import gin_bindings
+
+            gin_bindings.apply_to_config(config)
+        validate_config(config)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -1,21 +1,38 @@
-"""Algorithms: small modules composing rollout, rewards, losses and the train step."""
+"""Algorithms as values (`Algorithm`: pure functions), one module each, found by name.
 
-from jaxrl_llm.algorithms.grpo import (
-    GRPOBatch,
-    GRPOLossConfig,
-    build_batch,
-    group_advantages,
-    grpo_loss,
-    pack_batch,
-    split_minibatches,
-)
+    algorithm = jaxrl_llm.algorithms.make(config)     # config.algorithm: "grpo", "ppo", ...
+
+Built in: `grpo` (also RLOO and Dr. GRPO), `ppo` (learned critic, GAE, KL in the reward),
+`reinforce_pp` (REINFORCE++) and `remax` (greedy baseline). A new algorithm is one module that
+calls `registry.register`; see `jaxrl_llm.algorithms.registry`.
+"""
+
+from jaxrl_llm.algorithms import registry
+from jaxrl_llm.algorithms.base import ROLE_NAMES, Algorithm, Experience, check_algorithm
+from jaxrl_llm.algorithms.batch import PolicyBatch, build_batch, pack_batch, split_minibatches
+from jaxrl_llm.algorithms.grpo import GRPOBatch, GRPOLossConfig, group_advantages, grpo_loss
+from jaxrl_llm.algorithms.policy_loss import PolicyLossConfig, policy_loss
+from jaxrl_llm.algorithms.registry import AlgorithmSpec, get, make, names, register
 
 __all__ = [
+    "ROLE_NAMES",
+    "Algorithm",
+    "AlgorithmSpec",
+    "Experience",
     "GRPOBatch",
     "GRPOLossConfig",
+    "PolicyBatch",
+    "PolicyLossConfig",
     "build_batch",
+    "check_algorithm",
+    "get",
     "group_advantages",
     "grpo_loss",
+    "make",
+    "names",
     "pack_batch",
+    "policy_loss",
+    "register",
+    "registry",
     "split_minibatches",
 ]

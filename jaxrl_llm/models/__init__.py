@@ -2,6 +2,7 @@
 
 from jaxrl_llm.models.config import ModelConfig, RopeScaling, tiny_config
 from jaxrl_llm.models.gguf_loader import load_gguf
+from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model, save_scalar_model
 from jaxrl_llm.models.hf import load_hf_directory, save_hf
 from jaxrl_llm.models.layers import LayerKV
 from jaxrl_llm.models.registry import (
@@ -21,13 +22,16 @@ __all__ = [
     "LayerKV",
     "ModelConfig",
     "RopeScaling",
+    "ScalarHeadModel",
     "Tokenizer",
     "Transformer",
     "from_pretrained",
     "init_model",
     "load_gguf",
     "load_hf_directory",
+    "load_scalar_model",
     "resolve_model_path",
     "save_hf",
+    "save_scalar_model",
     "tiny_config",
 ]

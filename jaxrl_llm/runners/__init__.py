@@ -1,6 +1,36 @@
-"""Runners: the loops that drive algorithms (synchronous colocated GRPO)."""
+"""Runners own the loop and nothing algorithm-specific; hooks do the side work.
+
+`train(config, workdir)` is the synchronous online runner (`online_sync`): collect -> process ->
+update for whichever `Algorithm` the config names (or one passed in).
+"""
 
 from jaxrl_llm.runners.evaluation import greedy_accuracy
-from jaxrl_llm.runners.sync import NonFiniteLossError, rollout_seed, train
+from jaxrl_llm.runners.hooks import (
+    CheckpointHook,
+    EvaluationHook,
+    Hook,
+    MetricsHook,
+    NonFiniteGuard,
+    NonFiniteLossError,
+    ProgressHook,
+    StepRecord,
+    default_hooks,
+)
+from jaxrl_llm.runners.online_sync import TIME_KEYS, OnlineRun, rollout_seed, train
 
-__all__ = ["NonFiniteLossError", "greedy_accuracy", "rollout_seed", "train"]
+__all__ = [
+    "TIME_KEYS",
+    "CheckpointHook",
+    "EvaluationHook",
+    "Hook",
+    "MetricsHook",
+    "NonFiniteGuard",
+    "NonFiniteLossError",
+    "OnlineRun",
+    "ProgressHook",
+    "StepRecord",
+    "default_hooks",
+    "greedy_accuracy",
+    "rollout_seed",
+    "train",
+]

@@ -1,4 +1,4 @@
-"""Builds a run's parts from its config: model, tokenizer, data, rewards, generator, optimizer."""
+"""Builds a run from its config: model, tokenizer, data, rewards, optimizers, and the roles."""
 
 from __future__ import annotations
 
@@ -7,16 +7,27 @@ from typing import NamedTuple
 import ml_collections
 
 from jaxrl_llm import gin_bindings
+from jaxrl_llm.algorithms.base import Algorithm
 from jaxrl_llm.data import PromptBatcher, ReasoningGymSource
 from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretrained, init_model
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.registry import resolve_model_path
 from jaxrl_llm.rewards import RewardRunner, format_reward, task_reward
+from jaxrl_llm.roles import (
+    Critic,
+    Learner,
+    Placement,
+    Reference,
+    RewardRole,
+    RolloutWorker,
+    init_value_model,
+    make_placement,
+)
 from jaxrl_llm.training import make_optimizer
 
 
 class RunParts(NamedTuple):
-    """Everything a GRPO run is built from (see `build_parts`)."""
+    """Everything an online run is built from before its roles (see `build_parts`)."""
 
     model: Transformer
     tokenizer: Tokenizer
@@ -54,23 +65,30 @@ def load_policy(config: ml_collections.ConfigDict) -> tuple[Transformer, Tokeniz
 def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
     """The weighted reward functions of `config.rewards` ("task" always present for accuracy).
 
-    gin bindings win: `format_reward.max_chars = 40`, `RewardRunner.timeout_s = 2.0`, or a whole
-    `RewardRunner.functions = {"task": @task_reward, ...}` with matching `RewardRunner.weights`.
+    A reward function's own keyword arguments can be bound with gin (`format_reward.max_chars =
+    40`): the functions are leaves gin may configure; nothing else here reads gin.
     """
     functions = {"task": gin_bindings.bound(task_reward)}
     weights = {"task": config.rewards.task_weight}
     if config.rewards.format_weight:
         functions["format"] = gin_bindings.bound(format_reward)
         weights["format"] = config.rewards.format_weight
-    runner = gin_bindings.configured(
-        RewardRunner, functions=functions, weights=weights, timeout_s=config.rewards.timeout_s
+    return RewardRunner(functions, weights=weights, timeout_s=config.rewards.timeout_s)
+
+
+def build_optimizer(section: ml_collections.ConfigDict, total_updates: int):
+    """AdamW from a config section with learning_rate, warmup_steps and max_grad_norm (and
+    optionally schedule, weight_decay, b1, b2): `config.optimizer` or `config.critic`."""
+    return make_optimizer(
+        learning_rate=section.learning_rate,
+        warmup_steps=section.warmup_steps,
+        total_steps=total_updates,
+        schedule=section.get("schedule", "constant"),
+        weight_decay=section.get("weight_decay", 0.0),
+        b1=section.get("b1", 0.9),
+        b2=section.get("b2", 0.99),
+        max_grad_norm=section.max_grad_norm,
     )
-    if "task" not in runner.functions:
-        raise ValueError(
-            f"gin: RewardRunner.functions must include 'task' (accuracy is measured with it); "
-            f"got {sorted(runner.functions)}."
-        )
-    return runner
 
 
 def build_parts(config: ml_collections.ConfigDict) -> RunParts:
@@ -85,18 +103,49 @@ def build_parts(config: ml_collections.ConfigDict) -> RunParts:
     )
     batcher = PromptBatcher(train_source, batch_size=config.rollout.num_prompts, seed=config.seed)
     updates = config.train.num_steps * config.train.num_minibatches
-    o = config.optimizer
-    optimizer = gin_bindings.configured(  # `make_optimizer.b2 = ...` wins
-        make_optimizer,
-        learning_rate=o.learning_rate,
-        warmup_steps=o.warmup_steps,
-        total_steps=updates,
-        schedule=o.schedule,
-        weight_decay=o.weight_decay,
-        b1=o.b1,
-        b2=o.b2,
-        max_grad_norm=o.max_grad_norm,
-    )
+    optimizer = build_optimizer(config.optimizer, updates)
     return RunParts(
         model, tokenizer, train_source, eval_source, batcher, build_rewards(config), optimizer
     )
+
+
+class Roles(NamedTuple):
+    """The roles of one run (None for those the algorithm does not need)."""
+
+    placement: Placement
+    actor: Learner
+    rollout: RolloutWorker
+    reward: RewardRole
+    reference: Reference | None = None
+    critic: Critic | None = None
+
+
+def build_roles(config: ml_collections.ConfigDict, algorithm: Algorithm, parts: RunParts) -> Roles:
+    """Places the roles `algorithm` needs on the meshes of `config.placement`.
+
+    The reference and the critic copy the policy's weights before the actor takes them over
+    (the actor's train step donates its buffers).
+    """
+    placement = make_placement(config.placement)
+    policy = parts.model
+    reference = critic = None
+    if algorithm.needs("reference"):
+        reference = Reference(policy, placement.train_mesh, temperature=config.rollout.temperature)
+    if algorithm.needs("critic"):
+        updates = config.train.num_steps * config.train.num_minibatches
+        critic = Critic(
+            init_value_model(config.critic.init, policy, seed=config.seed),
+            build_optimizer(config.critic, updates),
+            algorithm.critic_loss,
+            placement.train_mesh,
+        )
+    rollout = RolloutWorker(
+        policy,
+        parts.tokenizer,
+        placement.rollout_mesh,
+        max_new_tokens=config.rollout.max_new_tokens,
+        temperature=config.rollout.temperature,
+        min_prompt_bucket=config.rollout.min_prompt_bucket,
+    )
+    actor = Learner(policy, parts.optimizer, algorithm.loss, placement.train_mesh)
+    return Roles(placement, actor, rollout, RewardRole(parts.rewards), reference, critic)

@@ -6,53 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxrl_llm.data import Example, render_prompt
+from jaxrl_llm.data import Example
 from jaxrl_llm.rewards import RewardRunner, accuracy
-from jaxrl_llm.rollout import GenerationConfig, Generator
+from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 
-
-def prompt_ids(
-    tokenizer, examples: Sequence[Example], *, system_prompt=None, instruction_suffix=""
-) -> tuple[list[str], list[list[int]]]:
-    """Rendered chat prompts and their token ids."""
-    texts = [
-        render_prompt(
-            tokenizer,
-            e.question,
-            system_prompt=system_prompt,
-            instruction_suffix=instruction_suffix,
-        )
-        for e in examples
-    ]
-    return texts, tokenizer.batch_encode(texts)
-
-
-def completion_texts(tokenizer, rollout) -> list[str]:
-    """Completions as text, special tokens (EOS, <|im_end|>) removed."""
-    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in rollout.completions()]
-
-
-def chat_generator(
-    model,
-    tokenizer,
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    min_prompt_bucket: int = 16,
-    min_batch_bucket: int = 1,
-) -> Generator:
-    """A `Generator` that stops at the tokenizer's end-of-turn ids and pads with its pad id."""
-    return Generator(
-        model,
-        GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            eos_ids=tuple(tokenizer.stop_token_ids()),
-            pad_id=tokenizer.pad_token_id or 0,
-            min_prompt_bucket=min_prompt_bucket,
-            min_batch_bucket=min_batch_bucket,
-        ),
-    )
+__all__ = ["chat_generator", "completion_texts", "greedy_accuracy", "prompt_ids"]
 
 
 def greedy_accuracy(

@@ -54,6 +54,7 @@ def make_train_step(
     loss_fn: LossFn,
     *,
     donate: bool = True,
+    out_shardings: Any = None,
 ) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, Array]]]:
     """Builds the jitted update `step(state, batch) -> (state, metrics)`.
 
@@ -62,6 +63,8 @@ def make_train_step(
       optimizer: the optax transformation whose state `state.opt_state` holds.
       loss_fn: `(model, batch) -> (scalar loss, dict of scalar metrics)`, pure.
       donate: donate the incoming state's buffers (the caller must not reuse it).
+      out_shardings: optional `(state shardings, metrics sharding)` for `jax.jit`, so the new
+        state keeps the layout of the old one on a mesh (one compiled step per batch shape).
 
     Returns:
       The jitted step. Metrics gain "loss", "grad_norm", "nonfinite" (0/1) and "learning_step".
@@ -90,4 +93,7 @@ def make_train_step(
         )
         return new_state, metrics
 
-    return jax.jit(step, donate_argnums=(0,) if donate else ())
+    donate_argnums = (0,) if donate else ()
+    if out_shardings is None:
+        return jax.jit(step, donate_argnums=donate_argnums)
+    return jax.jit(step, donate_argnums=donate_argnums, out_shardings=out_shardings)

@@ -1,0 +1,115 @@
+"""An algorithm is a value: pure functions over what a runner collected, in the spirit of optax.
+
+    algorithm = jaxrl_llm.algorithms.make(config)        # registry: config.algorithm -> factory
+    state = algorithm.init()
+    batch, scalars = algorithm.make_batch(experience, state)      # advantages, returns, ...
+    ... the runner's actor (and critic) train steps minimise algorithm.loss / critic_loss ...
+    state = algorithm.update(state, scalars)                      # e.g. an adaptive KL coefficient
+
+No loops, no I/O, no meshes: the runner owns those (`jaxrl_llm.runners`), the roles own the models
+(`jaxrl_llm.roles`). `roles` says which roles the runner must build: the actor, rollout and
+reward are always there; "reference" adds frozen log-probs of the initial policy to the
+experience, "critic" adds the value model's predictions and trains it with `critic_loss`.
+`baseline_rollout` asks the runner for a greedy completion of every prompt and its reward
+(ReMax's baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxrl_llm.algorithms.batch import PolicyBatch
+
+Array = jax.Array
+LossFn = Callable[[Any, PolicyBatch], tuple[Array, dict[str, Array]]]
+
+# Every role a runner knows how to build (see jaxrl_llm.roles).
+ROLE_NAMES = ("actor", "rollout", "reference", "critic", "reward")
+ALWAYS_PRESENT = ("actor", "rollout", "reward")
+
+
+class Experience(NamedTuple):
+    """What a runner collected for one RL step, on the host (numpy).
+
+    B = prompts x group size rows, T = prompt bucket + max_new_tokens columns, the layout of
+    `jaxrl_llm.rollout.Rollout`.
+
+    Attributes:
+      rollout: the sampled `Rollout` (tokens, completion_mask, logprobs, lengths ...), as numpy.
+      rewards: float32 [B], the total reward of each completion.
+      group_size: G; rows b*G .. b*G + G - 1 share one prompt.
+      ref_logp: float32 [B, T] reference log-probs when the algorithm has a "reference" role.
+      values: float32 [B, T] critic values V(s_t) when it has a "critic" role (column t aligned
+        with the log-prob of token t).
+      baseline_rewards: float32 [B] rewards of the greedy completion of each row's prompt, when
+        `baseline_rollout` is set.
+    """
+
+    rollout: Any
+    rewards: np.ndarray
+    group_size: int
+    ref_logp: np.ndarray | None = None
+    values: np.ndarray | None = None
+    baseline_rewards: np.ndarray | None = None
+
+
+def _no_state() -> tuple:
+    return ()
+
+
+def _keep_state(state, scalars):
+    del scalars
+    return state
+
+
+class Algorithm(NamedTuple):
+    """An RL algorithm as pure functions (see the module docstring).
+
+    Attributes:
+      name: the registry name.
+      make_batch: `(Experience, state) -> (PolicyBatch, scalars)`: advantages and targets, plus
+        host-side metrics (float) to log, e.g. {"kl_coef": 0.05}.
+      loss: `(policy model, PolicyBatch) -> (loss, metrics)`, the actor's loss.
+      roles: the roles it needs, a subset of `ROLE_NAMES`.
+      init: `() -> state`, a pytree (checkpointed with the run); () for stateless algorithms.
+      update: `(state, scalars) -> state` after each step; scalars are `make_batch`'s, plus
+        "batch_size" (rows B) and the mean train metrics under "train/...".
+      critic_loss: `(value model, PolicyBatch) -> (loss, metrics)` when "critic" is a role.
+      baseline_rollout: the runner also decodes each prompt greedily and scores it.
+      actor_frozen_steps: the first RL steps update only the critic (critic warm-up).
+    """
+
+    name: str
+    make_batch: Callable[[Experience, Any], tuple[PolicyBatch, dict[str, float]]]
+    loss: LossFn
+    roles: tuple[str, ...] = ALWAYS_PRESENT
+    init: Callable[[], Any] = _no_state
+    update: Callable[[Any, dict[str, float]], Any] = _keep_state
+    critic_loss: LossFn | None = None
+    baseline_rollout: bool = False
+    actor_frozen_steps: int = 0
+
+    def needs(self, role: str) -> bool:
+        """Whether the runner must build `role` for this algorithm."""
+        if role not in ROLE_NAMES:
+            raise ValueError(f"Unknown role {role!r}; roles are {ROLE_NAMES}.")
+        return role in self.roles
+
+
+def check_algorithm(algorithm: Algorithm) -> Algorithm:
+    """Raises ValueError for an inconsistent `Algorithm` (unknown role, critic without loss)."""
+    unknown = sorted(set(algorithm.roles) - set(ROLE_NAMES))
+    if unknown:
+        raise ValueError(f"algorithm {algorithm.name!r}: unknown roles {unknown}; use {ROLE_NAMES}.")
+    missing = [r for r in ALWAYS_PRESENT if r not in algorithm.roles]
+    if missing:
+        raise ValueError(f"algorithm {algorithm.name!r}: roles must include {missing}.")
+    if algorithm.needs("critic") != (algorithm.critic_loss is not None):
+        raise ValueError(
+            f"algorithm {algorithm.name!r}: a 'critic' role and a critic_loss go together."
+        )
+    return algorithm

@@ -1,0 +1,216 @@
+"""PPO with a learned critic: GAE over token rewards with the KL to the reference folded in.
+
+See "Proximal Policy Optimization Algorithms" (1707.06347), "Training language models to follow
+instructions with human feedback" (2203.02155, the KL-in-reward objective) and "The N+
+Implementation Details of RLHF with PPO: A Case Study on TL;DR Summarization" (2403.17031). For
+completion b with score s_b (task reward), tokens t of its completion (mask m):
+
+    r_t   = s_b [t = last] - beta * (log pi_old(o_t) - log pi_ref(o_t))      (k1, per token)
+    A, R  = GAE(r, V_old; gamma, lambda)              A whitened over the batch's tokens
+    actor:  agg_t[ max(-A_t rho_t, -A_t clip(rho_t, 1 - e_low, 1 + e_high)) ] - c_H H
+    critic: 0.5 agg_t[ max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) ]
+
+beta is fixed, or moved toward a target KL by the adaptive controller of "Fine-Tuning Language
+Models from Human Preferences" (1909.08593). The critic is a `ScalarHeadModel` (its own train
+state and optimizer, see `jaxrl_llm.roles.critic`), initialised from the policy's trunk or from a
+saved scalar-head model (a reward model). Which N+ details apply to a verifiable reward, and
+their defaults here: docs/ppo.md.
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+import numpy as np
+
+from jaxrl_llm import advantages as advantages_lib
+from jaxrl_llm import losses
+from jaxrl_llm.algorithms import registry
+from jaxrl_llm.algorithms.base import ALWAYS_PRESENT, Algorithm, Experience
+from jaxrl_llm.algorithms.batch import PolicyBatch, build_batch
+from jaxrl_llm.algorithms.policy_loss import (
+    PolicyLossConfig,
+    norm_len_for,
+    policy_loss,
+    policy_loss_section,
+    validate_loss_section,
+)
+from jaxrl_llm.rollout.types import FinishReason
+
+__all__ = ["default_config", "kl_shaped_token_rewards", "make", "validate"]
+
+
+def default_config() -> dict[str, ml_collections.ConfigDict]:
+    """PPO's sections: `loss` (actor, KL-in-reward, GAE) and `critic` (the value model)."""
+    loss = policy_loss_section(clip_low=0.2, clip_high=0.2, kl_beta=0.05, kl_estimator="k1")
+    # GAE discount and lambda (1.0 / 0.95 as verl, OpenRLHF and TRL for language rewards).
+    loss.gamma = 1.0
+    loss.lam = 0.95
+    # Adaptive KL controller: target KL per token (0 keeps kl_beta fixed) and its horizon.
+    loss.kl_target = 0.0
+    loss.kl_horizon = 10_000
+    # Whiten the advantages over the batch's completion tokens (N+ detail).
+    loss.whiten_advantages = True
+    # Subtracted from the score of a completion that ran out of tokens without an end-of-turn
+    # token (N+ "EOS trick"); 0 disables.
+    loss.missing_eos_penalty = 0.0
+
+    critic = ml_collections.ConfigDict()
+    # "policy": a copy of the policy's trunk with a fresh scalar head; or the directory of a
+    # saved scalar-head model (`jaxrl_llm.models.save_scalar_model`, e.g. a reward model).
+    critic.init = "policy"
+    # The critic's own AdamW: peak learning rate, warmup (updates) and gradient clip.
+    critic.learning_rate = 5e-5
+    critic.warmup_steps = 0
+    critic.max_grad_norm = 1.0
+    # Half-width of the value clip around the rollout-time values; 0 disables it.
+    critic.value_clip = 0.2
+    # RL steps at the start that train only the critic (the policy is left unchanged).
+    critic.warmup_rl_steps = 0
+    return {"loss": loss, "critic": critic}
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """PPO's rules: the shared loss fields, GAE in [0, 1], a sane critic."""
+    validate_loss_section(config)
+    for name in ("gamma", "lam"):
+        value = config.loss[name]
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"config.loss.{name}={value} must be in [0, 1].")
+    if config.loss.kl_target < 0 or config.loss.kl_horizon <= 0:
+        raise ValueError(
+            f"config.loss.kl_target={config.loss.kl_target} must be >= 0 (0 = fixed kl_beta) "
+            f"and config.loss.kl_horizon={config.loss.kl_horizon} > 0."
+        )
+    if config.loss.kl_target > 0 and config.loss.kl_beta <= 0:
+        raise ValueError(
+            "config.loss.kl_target > 0 (adaptive KL) needs a starting config.loss.kl_beta > 0."
+        )
+    critic = config.critic
+    if not critic.learning_rate > 0:
+        raise ValueError(f"config.critic.learning_rate={critic.learning_rate} must be > 0.")
+    if critic.value_clip < 0 or critic.warmup_rl_steps < 0:
+        raise ValueError(
+            "config.critic.value_clip and config.critic.warmup_rl_steps must be >= 0 "
+            f"(got {critic.value_clip}, {critic.warmup_rl_steps})."
+        )
+    if not isinstance(critic.init, str) or not critic.init:
+        raise ValueError(
+            f"config.critic.init={critic.init!r} must be 'policy' or a scalar-head model directory."
+        )
+
+
+def kl_shaped_token_rewards(
+    scores_b, mask_bt, old_logp_bt, ref_logp_bt, *, beta, estimator: str
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Token rewards [B, T]: each score on its completion's last token, minus beta * KL per token.
+
+    With `ref_logp_bt` None (or beta 0) only the scores are placed. Metrics: "kl" (mean over
+    sequences of the per-token KL), "kl_sum", "kl_penalty", zeros without a reference.
+    """
+    rewards_bt = losses.last_token_rewards(scores_b, mask_bt)
+    if ref_logp_bt is None:
+        zero = np.float32(0.0)
+        return rewards_bt, {"kl": zero, "kl_sum": zero, "kl_penalty": zero}
+    return losses.kl_in_reward(
+        rewards_bt, old_logp_bt, ref_logp_bt, mask_bt, beta=beta, estimator=estimator
+    )
+
+
+def completion_scores(experience: Experience, missing_eos_penalty: float) -> np.ndarray:
+    """The rewards [B], less `missing_eos_penalty` where a completion hit the length limit."""
+    scores = np.asarray(experience.rewards, np.float32)
+    if missing_eos_penalty:
+        truncated = np.asarray(experience.rollout.finish_reason) == FinishReason.LENGTH
+        scores = scores - missing_eos_penalty * truncated.astype(np.float32)
+    return scores
+
+
+def make(config: ml_collections.ConfigDict) -> Algorithm:
+    """PPO from a run config (roles: actor, rollout, reward, critic, and reference if beta > 0)."""
+    loss_cfg = config.loss
+    actor_loss_config = PolicyLossConfig.from_config(config, kl_beta=0.0)  # KL is in the reward
+    gamma, lam = loss_cfg.gamma, loss_cfg.lam
+    adaptive = loss_cfg.kl_target > 0
+    value_clip = config.critic.value_clip or None
+    norm_len = norm_len_for(loss_cfg.agg, config.rollout.max_new_tokens)
+    remat = config.train.remat
+
+    def init() -> losses.AdaptiveKLState:
+        return losses.adaptive_kl_init(loss_cfg.kl_beta)
+
+    def make_batch(experience: Experience, state) -> tuple[PolicyBatch, dict[str, float]]:
+        rollout = experience.rollout
+        mask_bt = np.asarray(rollout.completion_mask, np.float32)
+        old_logp_bt = np.asarray(rollout.logprobs, np.float32)
+        scores_b = completion_scores(experience, loss_cfg.missing_eos_penalty)
+        rewards_bt, kl_metrics = kl_shaped_token_rewards(
+            scores_b,
+            mask_bt,
+            old_logp_bt,
+            experience.ref_logp,
+            beta=state.coef,
+            estimator=loss_cfg.kl_estimator,
+        )
+        values_bt = np.asarray(experience.values, np.float32)
+        adv_bt, returns_bt = advantages_lib.gae(
+            rewards_bt, values_bt, mask_bt, gamma=gamma, lam=lam
+        )
+        if loss_cfg.whiten_advantages:
+            adv_bt = advantages_lib.whiten(adv_bt, mask_bt)
+        batch = build_batch(
+            rollout,
+            adv_bt,
+            ref_logp=experience.ref_logp,
+            returns=returns_bt,
+            old_values=values_bt,
+        )
+        scalars = {k: float(v) for k, v in kl_metrics.items()}
+        scalars["kl_coef"] = float(state.coef)
+        return batch, scalars
+
+    def update(state, scalars):
+        if not adaptive:
+            return state
+        return losses.adaptive_kl_update(
+            state,
+            scalars["kl"],
+            scalars["batch_size"],
+            target=loss_cfg.kl_target,
+            horizon=loss_cfg.kl_horizon,
+        )
+
+    def actor_loss(model, batch):
+        return policy_loss(model, batch, config=actor_loss_config)
+
+    def critic_loss(critic_model, batch):
+        values_bt = critic_model.token_scores(
+            batch.tokens,
+            positions_bt=batch.positions,
+            segment_ids_bt=batch.segment_ids,
+            remat=remat,
+        )
+        return losses.value_loss(
+            values_bt,
+            batch.old_values,
+            batch.returns,
+            batch.loss_mask,
+            clip=value_clip,
+            agg=loss_cfg.agg,
+            norm_len=norm_len,
+        )
+
+    roles = ALWAYS_PRESENT + ("critic",) + (("reference",) if loss_cfg.kl_beta > 0 else ())
+    return Algorithm(
+        name="ppo",
+        make_batch=make_batch,
+        loss=actor_loss,
+        roles=roles,
+        init=init,
+        update=update,
+        critic_loss=critic_loss,
+        actor_frozen_steps=config.critic.warmup_rl_steps,
+    )
+
+
+registry.register("ppo", make=make, default_config=default_config, validate=validate)

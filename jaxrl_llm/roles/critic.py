@@ -1,0 +1,50 @@
+"""The critic role: a value model (`ScalarHeadModel`) with its own train state and optimizer."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+
+from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model
+from jaxrl_llm.models.transformer import Transformer
+from jaxrl_llm.roles.learner import Learner, place_batch
+from jaxrl_llm.training.train_step import LossFn
+
+
+def init_value_model(init: str, policy: Transformer, *, seed: int = 0) -> ScalarHeadModel:
+    """The critic's starting weights: "policy" (a copy of its trunk, fresh head) or a directory
+    of a saved scalar-head model (a reward model, `save_scalar_model`)."""
+    if init == "policy":
+        return ScalarHeadModel.from_policy(policy, seed=seed)
+    model = load_scalar_model(init)
+    if model.trunk.config.vocab_size != policy.config.vocab_size:
+        raise ValueError(
+            f"config.critic.init={init!r}: its vocabulary ({model.trunk.config.vocab_size}) differs "
+            f"from the policy's ({policy.config.vocab_size}); the critic reads the policy's tokens."
+        )
+    return model
+
+
+class Critic(Learner):
+    """A `Learner` over a `ScalarHeadModel`, plus the jitted value forward of a rollout.
+
+    Example:
+      >>> critic = Critic(init_value_model("policy", policy), tx, algorithm.critic_loss, mesh)
+      >>> values_bt = critic.values(rollout.tokens)      # numpy [B, T], V(s_t) in column t
+    """
+
+    def __init__(self, model: ScalarHeadModel, optimizer: optax.GradientTransformation, loss_fn: LossFn, mesh: Mesh):
+        super().__init__(model, optimizer, loss_fn, mesh)
+
+        def values(params, tokens_bt):
+            return nnx.merge(self.graphdef, params).token_scores(tokens_bt)
+
+        self._values = jax.jit(values)
+
+    def values(self, tokens_bt) -> np.ndarray:
+        """float32 [B, T] values of `tokens_bt` (int32 [B, T]), column 0 zero."""
+        tokens = place_batch(np.asarray(tokens_bt, np.int32), self.mesh, self.rules)
+        return np.asarray(self._values(self.params, tokens))

@@ -1,0 +1,107 @@
+"""A trained role: a model's train state on its mesh, laid out by a rule set, and its jitted step.
+
+The actor (the policy) and the critic (a value model) are both `Learner`s: each owns its model's
+graph, a `TrainState` (parameters, optimizer state, step) placed on its mesh by `TRAIN_RULES`,
+its own optimizer and loss, and a jitted, donated train step whose outputs keep that layout (so
+the step compiles once per batch shape).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxrl_llm.sharding import (
+    TRAIN_RULES,
+    Rules,
+    init_optimizer_state,
+    logical_to_sharding,
+    optimizer_state_shardings,
+    param_shardings,
+    reshard,
+)
+from jaxrl_llm.training import TrainState, make_train_step
+from jaxrl_llm.training.train_step import LossFn
+
+
+def place_params(params: Any, shardings: Any, *, donate: bool = False) -> Any:
+    """`params` laid out by `shardings` (a tree or a prefix of one), moved on device only.
+
+    `reshard` moves what is laid out differently (never through the host); arrays already in
+    place keep their buffers and are only relabelled with the named sharding, so a jitted step
+    that outputs named shardings sees the same input layout on its first and later calls.
+    """
+    params, _ = reshard(params, shardings, donate=donate)
+    return jax.device_put(params, shardings, may_alias=True)
+
+
+def place_batch(batch: Any, mesh: Mesh, rules: Rules = TRAIN_RULES) -> Any:
+    """Every array of `batch` on `mesh`, its leading (row) axis split by the "batch" rule.
+
+    Rows that do not divide the "data" axis stay replicated (see `logical_to_pspec`).
+    """
+
+    def one(x):
+        x = np.asarray(x) if not isinstance(x, jax.Array) else x
+        axes = ("batch",) + (None,) * (x.ndim - 1)
+        return jax.device_put(x, logical_to_sharding(axes, rules, mesh, x.shape))
+
+    return jax.tree.map(one, batch)
+
+
+class Learner:
+    """A model under training on a mesh.
+
+    Args:
+      model: an `nnx.Module` whose parameters carry logical axes (a `Transformer`, a
+        `ScalarHeadModel`); its arrays are placed (not copied when already laid out) and then
+        owned by the train state, whose step donates them.
+      optimizer: the optax transformation of this role.
+      loss_fn: `(model, batch) -> (loss, metrics)`.
+      mesh: the role's mesh.
+      rules: the logical-axis rule set of its parameters (default `TRAIN_RULES`).
+
+    Example:
+      >>> actor = Learner(policy, make_optimizer(learning_rate=1e-5), loss, placement.train_mesh)
+      >>> metrics = actor.update(batch)
+    """
+
+    def __init__(
+        self, model: nnx.Module, optimizer: optax.GradientTransformation, loss_fn: LossFn, mesh: Mesh,
+        rules: Rules = TRAIN_RULES,
+    ):
+        self.mesh, self.rules, self.optimizer = mesh, rules, optimizer
+        self.graphdef, params = nnx.split(model, nnx.Param)
+        self.param_shardings = param_shardings(params, mesh, rules)
+        params = place_params(params, self.param_shardings)
+        replicated = NamedSharding(mesh, PartitionSpec())
+        self.state_shardings = TrainState(
+            step=replicated,
+            params=self.param_shardings,
+            opt_state=optimizer_state_shardings(optimizer, params, self.param_shardings),
+        )
+        step = jax.device_put(jnp.zeros((), jnp.int32), replicated)
+        self.state = TrainState(step, params, init_optimizer_state(optimizer, params))
+        self._step = make_train_step(
+            self.graphdef, optimizer, loss_fn, out_shardings=(self.state_shardings, replicated)
+        )
+
+    @property
+    def params(self) -> nnx.State:
+        """The current parameters (train layout)."""
+        return self.state.params
+
+    def model(self) -> nnx.Module:
+        """A module view of the current parameters (shares their arrays)."""
+        return nnx.merge(self.graphdef, self.state.params)
+
+    def update(self, batch) -> dict[str, jax.Array]:
+        """One optimizer update on `batch` (placed on this role's mesh); returns its metrics."""
+        self.state, metrics = self._step(self.state, place_batch(batch, self.mesh, self.rules))
+        return metrics

@@ -1,0 +1,47 @@
+"""The reference role: frozen log-probs of the initial policy, for KL penalties."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from jaxrl_llm.roles.learner import place_batch, place_params
+from jaxrl_llm.sharding import TRAIN_RULES, Rules, param_shardings
+from jaxrl_llm.training import sequence_logprobs
+
+
+class Reference:
+    """A frozen copy of a policy's parameters on a mesh, and its jitted log-prob forward.
+
+    Args:
+      model: the policy at the start of training; its parameters are copied, so later updates
+        (and donation) of the policy leave the reference intact.
+      mesh: where the copy lives (the train mesh).
+      temperature: the rollout temperature (log-probs are of logits / temperature).
+      rules: the layout of the copy (default `TRAIN_RULES`).
+
+    Example:
+      >>> ref = Reference(policy, placement.train_mesh, temperature=0.7)
+      >>> ref_logp_bt = ref.logprobs(rollout.tokens)       # numpy [B, T]
+    """
+
+    def __init__(self, model: nnx.Module, mesh: Mesh, *, temperature: float, rules: Rules = TRAIN_RULES):
+        self.mesh, self.rules = mesh, rules
+        self.graphdef, params = nnx.split(model, nnx.Param)
+        params = jax.tree.map(jnp.copy, params)
+        self.params = place_params(params, param_shardings(params, mesh, rules), donate=True)
+
+        def logprobs(params, tokens_bt):
+            return sequence_logprobs(
+                nnx.merge(self.graphdef, params), tokens_bt, temperature=temperature
+            )[0]
+
+        self._logprobs = jax.jit(logprobs)
+
+    def logprobs(self, tokens_bt) -> np.ndarray:
+        """float32 [B, T] log-probs of `tokens_bt` (int32 [B, T], the `Rollout` layout)."""
+        tokens = place_batch(np.asarray(tokens_bt, np.int32), self.mesh, self.rules)
+        return np.asarray(self._logprobs(self.params, tokens))

@@ -1,0 +1,79 @@
+"""The reward role: reward functions (threads, time limits), optionally plus a reward model.
+
+Functions are scored by `jaxrl_llm.rewards.RewardRunner`. A reward model is a `ScalarHeadModel`
+(a Transformer trunk with a scalar head, e.g. trained with a Bradley-Terry loss) scored in
+batches on device at the last token of prompt + completion; its score joins the total with a
+weight and is reported as `per_function["model"]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxrl_llm.models.heads import ScalarHeadModel
+from jaxrl_llm.rewards import RewardOutput, RewardRunner
+from jaxrl_llm.rollout.batching import pack_prompts
+
+
+class ModelReward:
+    """Scores (prompt, completion) texts with a scalar-head model, `batch_size` rows at a time.
+
+    Args:
+      model: the reward model.
+      tokenizer: its tokenizer (prompt text + completion text are encoded together).
+      batch_size: rows per forward; the last batch is padded, so one program serves all.
+      min_length_bucket: sequences are right-padded to a length bucket >= this.
+    """
+
+    def __init__(self, model: ScalarHeadModel, tokenizer, *, batch_size: int = 16, min_length_bucket: int = 64):
+        self.tokenizer, self.batch_size, self.min_length_bucket = tokenizer, batch_size, min_length_bucket
+        self.graphdef, self.params = nnx.split(model, nnx.Param)
+
+        def scores(params, tokens_bt, lengths_b):
+            return nnx.merge(self.graphdef, params).sequence_scores(tokens_bt, lengths_b)
+
+        self._scores = jax.jit(scores)
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> np.ndarray:
+        """float32 [B] scores."""
+        texts = [p + c for p, c in zip(prompts, completions, strict=True)]
+        ids = self.tokenizer.batch_encode(texts)
+        out = []
+        for start in range(0, len(ids), self.batch_size):
+            packed = pack_prompts(
+                ids[start : start + self.batch_size],
+                pad_id=self.tokenizer.pad_token_id or 0,
+                min_prompt_bucket=self.min_length_bucket,
+                min_batch_bucket=self.batch_size,
+            )
+            scores = self._scores(self.params, packed.tokens, packed.lengths)
+            out.append(np.asarray(scores)[: packed.batch_size])
+        return np.concatenate(out).astype(np.float32) if out else np.zeros((0,), np.float32)
+
+
+class RewardRole:
+    """Reward functions plus an optional weighted reward model; called like a `RewardRunner`.
+
+    Example:
+      >>> rewards = RewardRole(RewardRunner({"task": task_reward}))
+      >>> out = rewards(prompts, completions, examples)       # RewardOutput
+    """
+
+    def __init__(self, functions: RewardRunner, model: ModelReward | None = None, model_weight: float = 1.0):
+        self.functions, self.model, self.model_weight = functions, model, model_weight
+
+    def __call__(self, prompts, completions, examples) -> RewardOutput:
+        out = self.functions(prompts, completions, examples)
+        if self.model is None:
+            return out
+        scores = self.model(prompts, completions)
+        return RewardOutput(
+            total=(out.total + self.model_weight * scores).astype(np.float32),
+            per_function={**out.per_function, "model": scores},
+            num_errors=out.num_errors,
+            num_timeouts=out.num_timeouts,
+        )

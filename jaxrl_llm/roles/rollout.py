@@ -1,0 +1,86 @@
+"""The rollout role: the generator on its mesh, reading the actor's weights in the decode layout.
+
+Each step the runner calls `sync(actor.params)`: `jaxrl_llm.sharding.reshard` lays the train-layout
+parameters out by `DECODE_RULES` on the rollout mesh. Colocated, that is HybridFlow's train ->
+decode reshard on the same devices (a no-op on one device); split, it is a device-to-device copy
+to the rollout's own devices. `reshard` runs under `no_host_transfers()`, so a weight sync that
+tried to pass through the host would raise. Between steps the decode copy is dropped
+(`release`), so colocated runs do not keep two layouts alive through the train step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flax import nnx
+from jax.sharding import Mesh
+
+from jaxrl_llm.rollout import CacheLayout, Rollout
+from jaxrl_llm.rollout.chat import chat_generator
+from jaxrl_llm.sharding import DECODE_RULES, ReshardStats, Rules, param_shardings, reshard
+
+
+class RolloutWorker:
+    """Sampling (and greedy decoding) of chat prompts with the latest synced weights.
+
+    Args:
+      model: a `Transformer` of the policy's structure (its graph is used, not its weights).
+      tokenizer: the policy's tokenizer (end-of-turn ids, pad id).
+      mesh: the rollout mesh.
+      max_new_tokens, temperature, min_prompt_bucket: the sampling options.
+      rules: the decode layout (default `DECODE_RULES`).
+
+    Example:
+      >>> worker = RolloutWorker(policy, tokenizer, placement.rollout_mesh, max_new_tokens=32,
+      ...                        temperature=0.7)
+      >>> stats = worker.sync(actor.params)
+      >>> rollout = worker.sample(prompt_ids, seed=3)
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        mesh: Mesh,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        min_prompt_bucket: int = 16,
+        rules: Rules = DECODE_RULES,
+    ):
+        self.mesh, self.rules = mesh, rules
+        self.shardings = param_shardings(nnx.state(model, nnx.Param), mesh, rules)
+        cache = CacheLayout(mesh, rules) if mesh.devices.size > 1 else None
+        options = dict(max_new_tokens=max_new_tokens, min_prompt_bucket=min_prompt_bucket)
+        self._sampler = chat_generator(
+            model, tokenizer, temperature=temperature, cache_shardings=cache, **options
+        )
+        self._greedy = chat_generator(
+            model, tokenizer, temperature=0.0, cache_shardings=cache, **options
+        )
+        self.params: nnx.State | None = None
+        self.version = -1  # the actor step whose weights `params` hold
+
+    def sync(self, actor_params: nnx.State, version: int = 0) -> ReshardStats:
+        """Lays `actor_params` out in the decode layout on the rollout mesh (device to device)."""
+        self.params, stats = reshard(actor_params, self.shardings, donate=False)
+        self.version = version
+        return stats
+
+    def release(self) -> None:
+        """Drops the decode-layout copy (the actor keeps the train layout)."""
+        self.params = None
+
+    def _check_synced(self):
+        if self.params is None:
+            raise RuntimeError("RolloutWorker: call sync(actor.params) before generating.")
+
+    def sample(self, prompt_ids: Sequence[Sequence[int]], *, seed: int) -> Rollout:
+        """Sampled completions of token-id prompts (row b keyed by fold_in(key(seed), b))."""
+        self._check_synced()
+        return self._sampler(prompt_ids, seed=seed, params=self.params)
+
+    def greedy(self, prompt_ids: Sequence[Sequence[int]]) -> Rollout:
+        """Greedy (argmax) completions, e.g. ReMax's baseline."""
+        self._check_synced()
+        return self._greedy(prompt_ids, seed=0, params=self.params)

@@ -1,0 +1,218 @@
+"""Side work every runner shares, as hooks: checkpoints, evaluation, metrics, progress, the guard.
+
+A hook has three optional methods, called by the runner in list order:
+
+    on_start(run)              after the roles are built, before the first step
+    on_step(run, record)       after each step's update, with its `StepRecord`
+    on_end(run)                after the last step (not after an exception)
+
+`run` is the runner's `RunContext` (config, workdir, state to checkpoint, evaluation). A hook
+that must stop the run raises (the guard raises `NonFiniteLossError`). The runner marks a step
+whose updates were all skipped (non-finite) with `record.skip_save`, and the checkpoint hook
+does not save it. In the default list the checkpoint hook comes first, so its restore (on_start)
+precedes the evaluation before training, which a resumed run then skips.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import tqdm
+
+from jaxrl_llm.checkpoint import Checkpointer, abstract_like
+from jaxrl_llm.metrics import MetricsWriter
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many consecutive steps had a non-finite loss or gradient."""
+
+
+@dataclass
+class StepRecord:
+    """What one finished step reports to the hooks.
+
+    Attributes:
+      step: the 1-based number of the step just done.
+      scalars: flat metrics of the step (reward/, completion/, train/, critic/, algo/, time/).
+      samples: a few {"prompt", "completion", "reward", "answer"} rows for samples.jsonl.
+      skip_save: this step must not be checkpointed (its update was skipped).
+      last: the run stops after this step (its last configured step, or its time budget).
+    """
+
+    step: int
+    scalars: dict[str, float]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    skip_save: bool = False
+    last: bool = False
+
+
+class RunContext(Protocol):
+    """What hooks may read and call on a run (see `jaxrl_llm.runners.online_sync`)."""
+
+    config: Any
+    workdir: str
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+    writer: MetricsWriter
+
+    def state_tree(self) -> Any: ...
+
+    def load_state_tree(self, tree: Any) -> None: ...
+
+    def evaluate(self) -> dict[str, float]: ...
+
+
+class Hook:
+    """Base class with no-op methods; subclass and override what you need."""
+
+    def on_start(self, run: RunContext) -> None:
+        """Called once before the first step."""
+
+    def on_step(self, run: RunContext, record: StepRecord) -> None:
+        """Called after each step."""
+
+    def on_end(self, run: RunContext) -> None:
+        """Called after the last step."""
+
+
+class CheckpointHook(Hook):
+    """Restores the newest checkpoint on start; saves every `every` steps and at the end."""
+
+    def __init__(self, directory: str, *, every: int):
+        self.checkpointer = Checkpointer(directory)
+        self.every = every
+
+    def on_start(self, run: RunContext) -> None:
+        restored = self.checkpointer.restore_latest(abstract_like(run.state_tree()))
+        if restored is not None:
+            tree, meta = restored
+            run.load_state_tree(tree)
+            run.meta.update(meta)
+            print(f"[jaxrl_llm] resumed from {self.checkpointer.directory} at step {meta['step']}")
+
+    def on_step(self, run: RunContext, record: StepRecord) -> None:
+        if record.skip_save:
+            return
+        if record.step % self.every == 0 or record.last:
+            self.checkpointer.save(record.step, run.state_tree(), run.meta)
+
+    def close(self) -> None:
+        """Waits for pending writes."""
+        self.checkpointer.close()
+
+
+class EvaluationHook(Hook):
+    """Held-out greedy accuracy before training, every `every` steps, and after training."""
+
+    def __init__(self, *, before: bool, after: bool, every: int = 0):
+        self.before, self.after, self.every = before, after, every
+
+    @staticmethod
+    def _log(run: RunContext, step: int, result: dict[str, float]) -> None:
+        run.writer.write_scalars(step, {f"eval/{k}": v for k, v in result.items()})
+
+    def on_start(self, run: RunContext) -> None:
+        if self.before and run.meta.get("eval_before") is None:
+            result = run.evaluate()
+            run.meta["eval_before"] = result
+            self._log(run, 0, result)
+            print(
+                f"[jaxrl_llm] held-out greedy accuracy before training: "
+                f"{100 * result['accuracy']:.1f}% ({result['seconds']:.0f}s)"
+            )
+        run.summary["eval_before"] = run.meta.get("eval_before")
+
+    def on_step(self, run: RunContext, record: StepRecord) -> None:
+        if self.every and record.step % self.every == 0:
+            self._log(run, record.step, run.evaluate())
+
+    def on_end(self, run: RunContext) -> None:
+        if self.after:
+            result = run.evaluate()
+            run.summary["eval_after"] = result
+            self._log(run, run.meta["step"], result)
+
+
+class NonFiniteGuard(Hook):
+    """Counts steps whose every update was skipped (non-finite); raises after K in a row."""
+
+    def __init__(self, max_consecutive: int):
+        self.max_consecutive, self.consecutive = max_consecutive, 0
+
+    def on_step(self, run: RunContext, record: StepRecord) -> None:
+        if record.scalars.get("train/nonfinite", 0.0) < 1.0:
+            self.consecutive = 0
+            return
+        self.consecutive += 1
+        log.warning("Step %d: non-finite loss or gradient; the update was skipped.", record.step)
+        print(f"[jaxrl_llm] warning: step {record.step} had a non-finite loss; update skipped")
+        if self.consecutive >= self.max_consecutive:
+            raise NonFiniteLossError(
+                f"{self.consecutive} consecutive steps had a non-finite loss or gradient "
+                f"(config.train.max_consecutive_nonfinite={self.max_consecutive}); stopping. The "
+                f"last good checkpoint in {os.path.join(run.workdir, 'checkpoints')} is kept; lower "
+                "config.optimizer.learning_rate or check the rewards."
+            )
+
+
+class MetricsHook(Hook):
+    """Writes each step's scalars (metrics.jsonl, TensorBoard) and, every N steps, samples."""
+
+    def __init__(self, *, sample_every: int):
+        self.sample_every = sample_every
+
+    def on_step(self, run: RunContext, record: StepRecord) -> None:
+        run.writer.write_scalars(record.step, record.scalars)
+        if self.sample_every and record.step % self.sample_every == 0 and record.samples:
+            run.writer.write_samples(record.step, record.samples)
+
+
+class ProgressHook(Hook):
+    """A tqdm bar over the steps with reward, accuracy, KL, entropy, length and time split."""
+
+    def __init__(self, *, total: int, desc: str, enabled: bool = True):
+        self.total, self.desc, self.enabled = total, desc, enabled
+        self.bar = None
+
+    def on_start(self, run: RunContext) -> None:
+        start = run.meta["step"]
+        self.bar = tqdm.tqdm(
+            total=self.total, initial=start, desc=self.desc, disable=not self.enabled,
+            dynamic_ncols=True,
+        )
+
+    def on_step(self, run: RunContext, record: StepRecord) -> None:
+        s = record.scalars
+        kl = s.get("train/kl_ref", s.get("algo/kl", s.get("train/approx_kl", 0.0)))
+        self.bar.set_postfix(
+            reward=f"{s['reward/mean']:.2f}",
+            acc=f"{s['reward/accuracy']:.2f}",
+            kl=f"{kl:.4f}",
+            ent=f"{s.get('train/entropy', float('nan')):.2f}",
+            len=f"{s['completion/length']:.0f}",
+            t=f"{s['time/rollout_s']:.0f}/{s['time/reward_s']:.0f}/{s['time/train_s']:.0f}s",
+        )
+        self.bar.update(1)
+
+    def on_end(self, run: RunContext) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def default_hooks(config, workdir: str, *, desc: str, progress: bool = True) -> list[Hook]:
+    """The hooks of an online run, in their order (see the module docstring)."""
+    return [
+        CheckpointHook(
+            os.path.join(workdir, "checkpoints"),
+            every=config.train.checkpoint_every,
+        ),
+        EvaluationHook(before=config.eval.before, after=config.eval.after, every=config.eval.every),
+        NonFiniteGuard(config.train.max_consecutive_nonfinite),
+        MetricsHook(sample_every=config.train.sample_every),
+        ProgressHook(total=config.train.num_steps, desc=desc, enabled=progress),
+    ]

@@ -1,0 +1,321 @@
+"""The synchronous online runner: collect -> process -> update, repeated, for any algorithm.
+
+    summary = train(config, workdir)                  # the algorithm is config.algorithm
+    summary = train(config, workdir, algorithm=mine)  # or any `Algorithm` value
+
+Each step: sync the actor's weights to the rollout (reshard to the decode layout), sample G
+completions per prompt, score them (reward role), add what the algorithm's roles provide
+(reference log-probs, critic values, a greedy baseline), let the algorithm build the train batch
+(`make_batch`), then run the actor's (and critic's) jitted updates over minibatches and the
+algorithm's `update`. Checkpoints, evaluation, metrics, progress and the non-finite guard are
+hooks (`jaxrl_llm.runners.hooks`). Nothing here knows a particular algorithm.
+
+Each step is reproducible from (seed, step, data position, state), which is everything a
+checkpoint stores, so a killed run resumes with the same metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from jaxrl_llm import algorithms
+from jaxrl_llm.algorithms.base import Algorithm, Experience
+from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
+from jaxrl_llm.config import validate_config
+from jaxrl_llm.metrics import MetricsWriter
+from jaxrl_llm.rewards import accuracy
+from jaxrl_llm.rollout.chat import completion_texts, prompt_ids
+from jaxrl_llm.runners.components import Roles, RunParts, build_parts, build_roles
+from jaxrl_llm.runners.evaluation import greedy_accuracy
+from jaxrl_llm.runners.hooks import Hook, StepRecord, default_hooks
+
+# Metrics that depend on the process, not on the run's seed: wall times, and whether this step
+# compiled the train step for a new batch shape (a resumed process compiles again).
+TIME_KEYS = (
+    "time/rollout_s",
+    "time/reward_s",
+    "time/prepare_s",
+    "time/train_s",
+    "time/step_s",
+    "time/sync_s",
+    "time/new_train_shape",
+)
+
+
+def rollout_seed(seed: int, step: int) -> int:
+    """The sampling seed of RL step `step` (row b then uses fold_in(key(seed), b))."""
+    return (seed * 1_000_003 + step) % (2**31 - 1)
+
+
+def _mean_metrics(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
+    rows = jax.device_get(rows)
+    return {f"{prefix}/{k}": float(np.mean([float(r[k]) for r in rows])) for k in rows[0]}
+
+
+class OnlineRun:
+    """One online run's state and the hook-facing `RunContext` (see `jaxrl_llm.runners.hooks`).
+
+    Attributes:
+      config, workdir, algorithm, parts, roles: what the run is made of.
+      algo_state: the algorithm's state (`Algorithm.init`), checkpointed with the roles' states.
+      meta: JSON metadata checkpointed beside the state: step, data position, eval_before.
+      summary: what `train` returns and writes to summary.json.
+    """
+
+    def __init__(self, config, workdir: str, algorithm: Algorithm, parts: RunParts, roles: Roles):
+        self.config, self.workdir, self.algorithm = config, workdir, algorithm
+        self.parts, self.roles = parts, roles
+        self.algo_state = algorithm.init()
+        self.meta: dict[str, Any] = {"step": 0, "data": parts.batcher.state(), "eval_before": None}
+        self.summary: dict[str, Any] = {}
+        self.writer = MetricsWriter(workdir)
+        self.eval_examples = list(parts.eval_source)
+        self._train_shapes: set[tuple[int, ...]] = set()
+
+    # -- RunContext ---------------------------------------------------------------------------
+    def state_tree(self) -> dict[str, Any]:
+        """Everything that changes during training, as one pytree (what checkpoints hold)."""
+        tree = {"actor": self.roles.actor.state, "algorithm": self.algo_state}
+        if self.roles.critic is not None:
+            tree["critic"] = self.roles.critic.state
+        return tree
+
+    def load_state_tree(self, tree: dict[str, Any]) -> None:
+        """Puts a restored `state_tree()` back into the roles (and the data position)."""
+        self.roles.actor.state = tree["actor"]
+        self.algo_state = tree["algorithm"]
+        if self.roles.critic is not None:
+            self.roles.critic.state = tree["critic"]
+
+    def evaluate(self) -> dict[str, float]:
+        """Greedy held-out accuracy of the current actor, decoded by the rollout role."""
+        t0 = time.time()
+        rollout = self.roles.rollout
+        rollout.sync(self.roles.actor.params, version=self.meta["step"])
+        c = self.config
+        result = greedy_accuracy(
+            self.parts.model,
+            self.parts.tokenizer,
+            self.eval_examples,
+            self.roles.reward,
+            params=rollout.params,
+            min_prompt_bucket=c.rollout.min_prompt_bucket,
+            max_new_tokens=c.eval.max_new_tokens,
+            batch_size=c.eval.batch_size,
+            system_prompt=c.task.system_prompt,
+            instruction_suffix=c.task.instruction_suffix,
+        )
+        rollout.release()
+        result["seconds"] = time.time() - t0
+        return result
+
+    # -- one step -----------------------------------------------------------------------------
+    def collect(self, step: int) -> tuple[Experience, dict[str, Any]]:
+        """Rollout, rewards, and what the algorithm's roles add; all on the host."""
+        c, roles, tokenizer = self.config, self.roles, self.parts.tokenizer
+        group = c.rollout.group_size
+        t0 = time.time()
+        examples = next(self.parts.batcher)
+        texts, ids = prompt_ids(
+            tokenizer,
+            examples,
+            system_prompt=c.task.system_prompt,
+            instruction_suffix=c.task.instruction_suffix,
+        )
+        sync = roles.rollout.sync(roles.actor.params, version=step)
+        rollout = roles.rollout.sample(
+            [i for i in ids for _ in range(group)], seed=rollout_seed(c.seed, step)
+        )
+        baseline = roles.rollout.greedy(ids) if self.algorithm.baseline_rollout else None
+        roles.rollout.release()
+        rollout = jax.device_get(rollout)
+        completions = completion_texts(tokenizer, rollout)
+        t_reward = time.time()
+        group_texts = [t for t in texts for _ in range(group)]
+        group_examples = [e for e in examples for _ in range(group)]
+        reward_out = roles.reward(group_texts, completions, group_examples)
+        baseline_rewards = None
+        if baseline is not None:
+            greedy_out = roles.reward(texts, completion_texts(tokenizer, baseline), examples)
+            baseline_rewards = np.repeat(greedy_out.total, group)
+        t_prepare = time.time()
+        experience = Experience(
+            rollout=rollout,
+            rewards=reward_out.total,
+            group_size=group,
+            ref_logp=None if roles.reference is None else roles.reference.logprobs(rollout.tokens),
+            values=None if roles.critic is None else roles.critic.values(rollout.tokens),
+            baseline_rewards=baseline_rewards,
+        )
+        info = dict(
+            examples=examples,
+            completions=completions,
+            reward_out=reward_out,
+            times=dict(start=t0, reward=t_reward, prepare=t_prepare),
+            sync=sync,
+        )
+        return experience, info
+
+    def process(self, experience: Experience):
+        """The algorithm's train batch (packed when configured) and its host-side scalars."""
+        c = self.config
+        batch, scalars = self.algorithm.make_batch(experience, self.algo_state)
+        if c.train.pack_sequences:
+            batch, _ = pack_batch(
+                batch,
+                np.asarray(experience.rollout.sequence_lengths),
+                row_multiple=c.train.num_minibatches * c.train.pack_row_multiple,
+                width=max(c.train.pack_width, batch.tokens.shape[1]),
+            )
+        return batch, scalars
+
+    def update(self, batch, step: int) -> dict[str, float]:
+        """The actor's and the critic's updates over the minibatches of one step."""
+        roles = self.roles
+        train_actor = step >= self.algorithm.actor_frozen_steps
+        actor_metrics, critic_metrics = [], []
+        for minibatch in split_minibatches(batch, self.config.train.num_minibatches):
+            if train_actor:
+                actor_metrics.append(roles.actor.update(minibatch))
+            if roles.critic is not None:
+                critic_metrics.append(roles.critic.update(minibatch))
+        out = {}
+        if actor_metrics:
+            out.update(_mean_metrics(actor_metrics, "train"))
+        if critic_metrics:
+            out.update(_mean_metrics(critic_metrics, "critic"))
+        return out
+
+    def step(self, step: int) -> StepRecord:
+        """collect -> process -> update, and the step's record for the hooks."""
+        experience, info = self.collect(step)
+        batch, algo_scalars = self.process(experience)
+        new_shape = batch.tokens.shape not in self._train_shapes
+        self._train_shapes.add(batch.tokens.shape)
+        t_train = time.time()
+        train_scalars = self.update(batch, step)
+        t_end = time.time()
+        rows = experience.rewards.shape[0]
+        self.algo_state = self.algorithm.update(
+            self.algo_state, {**algo_scalars, **train_scalars, "batch_size": rows}
+        )
+        reward_out, rollout, group = info["reward_out"], experience.rollout, experience.group_size
+        times = info["times"]
+        scalars = {
+            "reward/mean": float(np.mean(reward_out.total)),
+            "reward/accuracy": accuracy(reward_out.per_function["task"]),
+            "reward/zero_std_groups": float(
+                np.mean(reward_out.total.reshape(-1, group).std(axis=1) == 0)
+            ),
+            "reward/errors": float(sum(reward_out.num_errors.values())),
+            "reward/timeouts": float(sum(reward_out.num_timeouts.values())),
+            "completion/length": float(np.mean(rollout.lengths)),
+            "completion/eos_fraction": float(np.mean(rollout.finish_reason != 0)),
+            "train/rows": float(batch.tokens.shape[0]),
+            "time/new_train_shape": float(new_shape),
+            **train_scalars,
+            **{f"algo/{k}": v for k, v in algo_scalars.items()},
+            "time/sync_s": info["sync"].seconds,
+            "time/rollout_s": times["reward"] - times["start"],
+            "time/reward_s": times["prepare"] - times["reward"],
+            "time/prepare_s": t_train - times["prepare"],
+            "time/train_s": t_end - t_train,
+            "time/step_s": t_end - times["start"],
+        }
+        examples, completions = info["examples"], info["completions"]
+        samples = [
+            {
+                "prompt": examples[i // group].question,
+                "completion": completions[i],
+                "reward": float(reward_out.total[i]),
+                "answer": examples[i // group].answer,
+            }
+            for i in range(0, len(completions), group)
+        ]
+        skipped = scalars.get("train/nonfinite", 0.0) >= 1.0  # every actor update was skipped
+        if not skipped:
+            self.meta.update(step=step + 1, data=self.parts.batcher.state())
+        last = step + 1 == self.config.train.num_steps
+        return StepRecord(step + 1, scalars, samples, skip_save=skipped, last=last)
+
+
+def train(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    progress: bool = True,
+    algorithm: Algorithm | None = None,
+    hooks: list[Hook] | None = None,
+) -> dict[str, Any]:
+    """Runs the configured algorithm, resuming from `workdir`'s latest checkpoint if any.
+
+    Writes `metrics.jsonl`, `samples.jsonl`, TensorBoard events, `checkpoints/` and, at the end,
+    `summary.json` (accuracy before and after, wall time) into `workdir`.
+
+    Args:
+      config: a run config (`jaxrl_llm.config.config_for(name)`), validated here.
+      workdir: the run directory.
+      progress: show a tqdm progress bar.
+      algorithm: an `Algorithm` to run instead of `config.algorithm` (e.g. one with a custom
+        loss, built in a notebook); the config still supplies everything else.
+      hooks: replaces `default_hooks(...)`.
+
+    Returns:
+      The summary dict.
+
+    Example:
+      >>> summary = train(config_for("ppo"), "runs/ppo")
+    """
+    validate_config(config)
+    start_time = time.time()
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2))
+    algorithm = algorithms.check_algorithm(algorithm or algorithms.make(config))
+    parts = build_parts(config)
+    run = OnlineRun(config, workdir, algorithm, parts, build_roles(config, algorithm, parts))
+    if hooks is None:
+        hooks = default_hooks(config, workdir, desc=algorithm.name.upper(), progress=progress)
+    try:
+        for hook in hooks:
+            hook.on_start(run)
+        parts.batcher.restore(run.meta["data"])
+        train_start = time.time()
+        for step in range(run.meta["step"], config.train.num_steps):
+            record = run.step(step)
+            budget = config.train.max_time_s
+            out_of_time = bool(budget) and time.time() - train_start > budget
+            record.last = record.last or out_of_time
+            for hook in hooks:
+                hook.on_step(run, record)
+            if out_of_time:
+                print(f"[jaxrl_llm] stopping after step {step + 1}: train.max_time_s={budget} spent")
+                break
+        run.summary["train_time_s"] = time.time() - train_start
+        for hook in hooks:
+            hook.on_end(run)
+    finally:
+        run.writer.close()
+        for hook in hooks:
+            if hasattr(hook, "close"):
+                hook.close()
+    run.summary["steps"] = run.meta["step"]
+    run.summary["algorithm"] = algorithm.name
+    run.summary["wall_time_s"] = time.time() - start_time
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump(run.summary, f, indent=2)
+    before, after = run.summary.get("eval_before"), run.summary.get("eval_after")
+    if before and after:
+        print(
+            f"[jaxrl_llm] held-out greedy accuracy: before {100 * before['accuracy']:.1f}% -> "
+            f"after {100 * after['accuracy']:.1f}% ({len(run.eval_examples)} prompts, "
+            f"{run.summary['wall_time_s'] / 60:.1f} min in this process)"
+        )
+    return run.summary
