@@ -153,6 +153,29 @@ def config_for(algorithm: str = "grpo") -> ml_collections.ConfigDict:
     return c
 
 
+def make_tiny(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Shrinks a config in place to a tiny random model and task: seconds per step, for tests,
+    notebooks and sweeps (learning is not expected; the plumbing runs end to end)."""
+    with config.unlocked():
+        config.model.init = "random"
+        config.model.random.update(
+            dict(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
+        )
+        config.task.eval_size = 8
+        config.rollout.num_prompts = 2
+        config.rollout.group_size = 4
+        config.rollout.max_new_tokens = 8
+        config.train.num_steps = 4
+        config.train.num_minibatches = 2
+        config.train.checkpoint_every = 2
+        config.train.sample_every = 2
+        config.eval.batch_size = 8
+        config.eval.max_new_tokens = 8
+        config.optimizer.learning_rate = 1e-3
+        config.optimizer.warmup_steps = 0
+    return config
+
+
 def grpo_config() -> ml_collections.ConfigDict:
     """The default GRPO configuration (SmolLM2-135M-Instruct, chain_sum), locked."""
     return config_for("grpo")

@@ -33,7 +33,7 @@ from jaxrl_llm.metrics import read_metrics
 PANELS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("reward", ("reward/mean",), "reward (mean over completions)"),
     ("accuracy", ("reward/accuracy",), "accuracy (dashed: held-out, greedy)"),
-    ("kl", ("train/kl_ref", "train/approx_kl"), "KL"),
+    ("kl", ("train/kl_ref", "algo/kl", "train/approx_kl"), "KL"),
     ("entropy", ("train/entropy",), "entropy (nats per token)"),
     ("length", ("completion/length",), "completion length (tokens)"),
 )

@@ -11,9 +11,8 @@ import pytest
 
 from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import NonFiniteLossError, train
-from jaxrl_llm.runners import sync as sync_runner
-from jaxrl_llm.runners.sync import TIME_KEYS
+from jaxrl_llm.algorithms import grpo
+from jaxrl_llm.runners import TIME_KEYS, NonFiniteLossError, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")
@@ -105,7 +104,7 @@ def test_nonfinite_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
             "train.max_consecutive_nonfinite": 2,
         },
     )
-    real = sync_runner.group_advantages
+    real = grpo.group_advantages
     calls = []
 
     def poisoned(rewards, group, **kw):
@@ -113,7 +112,7 @@ def test_nonfinite_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
         adv = real(rewards, group, **kw)
         return adv if len(calls) <= 2 else np.full_like(adv, np.nan)
 
-    monkeypatch.setattr(sync_runner, "group_advantages", poisoned)
+    monkeypatch.setattr(grpo, "group_advantages", poisoned)
     with pytest.raises(NonFiniteLossError, match="2 consecutive steps"):
         train(config, str(tmp_path), progress=False)
     rows = read_metrics(str(tmp_path))

@@ -1,5 +1,6 @@
-"""gin bindings: precedence over config fields, clear errors, and a run whose loss and estimator a gin
-file changes (checked on what the runner actually built)."""
+"""gin at the edge: bindings set config fields (gin wins), clear errors, reward-function
+arguments, and a run whose clip range and estimator a gin file changes (checked on what the
+algorithm actually used)."""
 
 import os
 import subprocess
@@ -9,10 +10,9 @@ import numpy as np
 import pytest
 
 from jaxrl_llm import gin_bindings
-from jaxrl_llm.algorithms.grpo import GRPOLossConfig
-from jaxrl_llm.config import load_config
+from jaxrl_llm.algorithms import grpo
+from jaxrl_llm.config import config_for, grpo_config, load_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import sync as sync_runner
 from jaxrl_llm.runners import train
 from jaxrl_llm.runners.components import build_rewards
 
@@ -28,102 +28,80 @@ def _clean_gin():
     gin_bindings.clear()
 
 
-def test_config_values_stay_the_defaults_when_gin_binds_nothing(capsys):
-    config = load_config(TINY, {"loss.clip_low": 0.25, "loss.kl_beta": 0.01})
-    loss_config = sync_runner._loss_config(config)
-    assert isinstance(loss_config, GRPOLossConfig)
-    loss = config.loss
-    assert (loss_config.clip_low, loss_config.clip_high, loss_config.kl_beta) == (0.25, 0.28, 0.01)
-    assert (loss_config.kl_estimator, loss_config.entropy_coef, loss_config.agg) == (
-        loss.kl_estimator,
-        loss.entropy_coef,
-        loss.agg,
+def test_binding_sets_the_config_field_and_wins_over_the_config(capsys):
+    config = grpo_config()
+    config.loss.clip_low = 0.3  # as a --config.loss.clip_low flag would
+    gin_bindings.parse([os.path.join(GIN_DIR, "clip_rloo.gin")], ["optimizer.b2 = 0.95"])
+    gin_bindings.apply_to_config(config)
+    assert (config.loss.clip_low, config.loss.clip_high, config.loss.advantage) == (
+        0.1,
+        0.15,
+        "rloo",
     )
-    assert loss_config.temperature == config.rollout.temperature
-    assert "gin:" not in capsys.readouterr().out
-    assert gin_bindings.resolve("group_advantages", estimator="grpo", normalize_std=True) == {
-        "estimator": "grpo",
-        "normalize_std": True,
-    }
-
-
-def test_gin_bindings_win_over_config_fields_and_are_reported(capsys):
-    gin_bindings.parse([os.path.join(GIN_DIR, "clip_rloo.gin")], ["GRPOLossConfig.kl_beta = 0.05"])
-    config = load_config(TINY, {"loss.clip_low": 0.3})  # a command-line override loses to gin too
-    loss_config = sync_runner._loss_config(config)
-    assert (loss_config.clip_low, loss_config.clip_high, loss_config.kl_beta) == (0.1, 0.15, 0.05)
-    assert loss_config.temperature == config.rollout.temperature  # not bindable
-    assert loss_config.agg == "token-mean"  # unbound: the config's value
+    assert config.optimizer.b2 == 0.95
     out = capsys.readouterr().out
-    assert "gin: GRPOLossConfig.clip_low = 0.1 overrides 0.3" in out
-    assert (
-        gin_bindings.resolve("group_advantages", estimator="grpo", normalize_std=True)["estimator"]
-        == "rloo"
-    )
+    assert "gin: loss.clip_low = 0.1 overrides 0.3" in out
+    assert "gin: optimizer.b2 = 0.95 overrides 0.99" in out
 
 
-def test_dr_grpo_gin_file_sets_the_normaliser_and_unbound_agg_drops_it():
+def test_dr_grpo_file_and_the_length_rule_in_one_place():
+    config = grpo_config()
     gin_bindings.parse([os.path.join(GIN_DIR, "dr_grpo.gin")])
-    config = load_config(TINY)
-    loss_config = sync_runner._loss_config(config)
-    assert (loss_config.agg, loss_config.norm_len) == ("seq-mean-token-sum-norm", 32)
-    assert (
-        gin_bindings.resolve("group_advantages", estimator="grpo", normalize_std=True)[
-            "normalize_std"
-        ]
-        is False
-    )
-    gin_bindings.clear()
-    gin_bindings.parse([], ["GRPOLossConfig.agg = 'token-mean'"])
-    config = load_config(TINY, {"loss.agg": "seq-mean-token-sum-norm"})  # config gives norm_len=8
-    assert sync_runner._loss_config(config).norm_len is None
+    gin_bindings.apply_to_config(config)
+    loss_config = grpo.GRPOLossConfig.from_config(config)
+    assert config.loss.normalize_std is False
+    assert loss_config.agg == "seq-mean-token-sum-norm"
+    assert loss_config.norm_len == config.rollout.max_new_tokens
 
 
-def test_reward_and_optimizer_bindings_reach_the_built_parts():
+def test_critic_section_binds_only_where_the_algorithm_has_it():
+    gin_bindings.parse([], ["critic.learning_rate = 1e-4"])
+    ppo = gin_bindings.apply_to_config(config_for("ppo"))
+    assert ppo.critic.learning_rate == 1e-4
+    with pytest.raises(gin_bindings.GinConfigError, match="no section 'critic'"):
+        gin_bindings.apply_to_config(grpo_config())
+
+
+def test_format_bonus_file_adds_the_format_reward_with_bound_arguments():
+    config = grpo_config()
     gin_bindings.parse([os.path.join(GIN_DIR, "format_bonus.gin")])
-    runner = build_rewards(load_config(TINY))
-    assert runner.weights == {"task": 1.0, "format": 0.1}
-    assert runner.timeout_s == 2.0
-    long_answer = "The answer is " + "very " * 10 + "7."
-    assert runner.functions["format"]("p", "The answer is 7.", None) == 1.0
-    assert runner.functions["format"]("p", long_answer, None) == 0.0  # max_chars = 40 applied
-    gin_bindings.clear()
-    gin_bindings.parse([], ["format_reward.max_chars = 5"])
-    runner = build_rewards(load_config(TINY, {"rewards.format_weight": 0.5}))
-    assert runner.functions["format"]("p", "The answer is 7.", None) == 0.0
-    # make_optimizer: b2 reaches optax (the second moment after one step shows it).
-    import jax.numpy as jnp
+    gin_bindings.apply_to_config(config)
+    runner = build_rewards(config)
+    assert sorted(runner.functions) == ["format", "task"]
+    assert runner.weights == {"task": 1.0, "format": 0.1} and runner.timeout_s == 2.0
+    assert runner.functions["format"].keywords == {"max_chars": 40}
 
-    gin_bindings.parse([], ["make_optimizer.b2 = 0.5", "make_optimizer.max_grad_norm = None"])
-    tx = gin_bindings.configured("make_optimizer", learning_rate=1e-3, b2=0.99, max_grad_norm=1.0)
-    params = {"w": jnp.ones(2)}
-    _, state = tx.update({"w": jnp.full(2, 2.0)}, tx.init(params), params)
-    np.testing.assert_allclose(state[0].nu["w"], (1 - 0.5) * 4.0)
+
+def test_users_own_function_resolves_with_gin_winning():
+    def my_loss(x, *, clip=0.2, coef=1.0):
+        return x * clip * coef
+
+    gin_bindings.register(my_loss)
+    gin_bindings.parse([], ["my_loss.clip = 0.5"])
+    assert gin_bindings.resolve(my_loss, clip=0.2, coef=3.0) == {"clip": 0.5, "coef": 3.0}
+    assert gin_bindings.configured(my_loss, 2.0, clip=0.2) == 1.0
 
 
 @pytest.mark.parametrize(
-    "binding, fragment",
+    "binding, expected",
     [
-        ("GRPOLosConfig.clip_low = 0.1", "Did you mean GRPOLossConfig?"),
-        ("GRPOLossConfig.clip_lo = 0.1", "doesn't have a parameter named 'clip_lo'"),
-        ("GRPOLossConfig.temperature = 1.0", "config.rollout.temperature"),
-        ("group_advantages.group_size = 3", "allowlist"),
-        ("GRPOLossConfig.clip_low = ", "Unable to parse"),
+        ("los.clip_low = 0.1", "Did you mean loss"),
+        ("GRPOLossConfig.clip_low = 0.1", "is now a config section: bind loss"),
+        ("format_reward.max_char = 5", "max_char"),
+        ("loss.clip_low = ", "Unable to parse"),
     ],
 )
-def test_bad_bindings_fail_with_a_clear_message(binding, fragment):
+def test_bad_bindings_fail_with_a_hint(binding, expected):
     with pytest.raises(gin_bindings.GinConfigError, match="^gin: ") as info:
         gin_bindings.parse([], [binding])
-    assert fragment in str(info.value)
-    assert "Configurables: GRPOLossConfig" in str(info.value)
+    assert expected in str(info.value)
+    assert "Configurables: critic, eval" in str(info.value)
 
 
-def test_bad_values_fail_when_the_runner_resolves_them():
-    gin_bindings.parse([], ["group_advantages.estimator = 'ppo'"])
-    with pytest.raises(
-        gin_bindings.GinConfigError, match=r"estimator='ppo' must be one of \('grpo', 'rloo'\)"
-    ):
-        gin_bindings.resolve("group_advantages", estimator="grpo", normalize_std=True)
+def test_unknown_field_of_a_section_lists_close_matches():
+    gin_bindings.parse([], ["loss.clip_lo = 0.1"])
+    with pytest.raises(gin_bindings.GinConfigError, match="Did you mean loss.clip_low"):
+        gin_bindings.apply_to_config(grpo_config())
     with pytest.raises(gin_bindings.GinConfigError, match="cannot read a gin file"):
         gin_bindings.parse(["no/such/file.gin"])
 
@@ -139,19 +117,18 @@ def test_cli_reports_gin_errors_before_training(tmp_path):
         str(tmp_path / "w"),
         "--no_progress",
         "--gin_bindings",
-        "group_advantges.estimator = 'rloo'",
+        "loss.advantage = 'ppo'",
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
-    assert "error: gin: No configurable matching 'group_advantges'" in proc.stderr
-    assert "Did you mean group_advantages?" in proc.stderr
+    assert "error: config.loss.advantage='ppo' must be one of ('grpo', 'rloo')" in proc.stderr
     assert not os.path.exists(tmp_path / "w" / "metrics.jsonl")
 
 
-def test_gin_file_changes_the_clip_range_and_estimator_the_runner_uses(tmp_path, monkeypatch):
-    """The done-when check: a gin file changes the clip range and the advantage estimator of a run."""
+def test_gin_file_changes_the_clip_range_and_estimator_the_run_uses(tmp_path, monkeypatch):
+    """A gin file changes the clip range and the advantage estimator of a run."""
     used_configs, used_estimators, advantages = [], [], []
-    real_loss, real_advantages = sync_runner.grpo_loss, sync_runner.group_advantages
+    real_loss, real_advantages = grpo.policy_loss, grpo.group_advantages
 
     def spy_loss(model, batch, *, config):
         used_configs.append(config)
@@ -163,15 +140,12 @@ def test_gin_file_changes_the_clip_range_and_estimator_the_runner_uses(tmp_path,
         advantages.append((np.asarray(rewards), out))
         return out
 
-    monkeypatch.setattr(sync_runner, "grpo_loss", spy_loss)
-    monkeypatch.setattr(sync_runner, "group_advantages", spy_advantages)
-    gin_bindings.parse([os.path.join(GIN_DIR, "clip_rloo.gin")])
+    monkeypatch.setattr(grpo, "policy_loss", spy_loss)
+    monkeypatch.setattr(grpo, "group_advantages", spy_advantages)
     config = load_config(TINY, {"train.num_steps": 1, "eval.before": False, "eval.after": False})
-    assert (config.loss.clip_low, config.loss.clip_high, config.loss.advantage) == (
-        0.2,
-        0.28,
-        "grpo",
-    )
+    assert (config.loss.clip_low, config.loss.advantage) == (0.2, "grpo")
+    gin_bindings.parse([os.path.join(GIN_DIR, "clip_rloo.gin")])
+    gin_bindings.apply_to_config(config)
     train(config, str(tmp_path), progress=False)
 
     assert used_configs and {(c.clip_low, c.clip_high) for c in used_configs} == {(0.1, 0.15)}

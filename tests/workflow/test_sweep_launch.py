@@ -32,7 +32,7 @@ def test_two_trial_sweep_writes_a_summary_table_and_plots(tmp_path):
         "--sweep", "experiments/sweeps/tiny_estimators.py",
         "--sweep_dir", str(sweep_dir), "--parallel", "2",
         "--set", "train.num_steps=2", "--set", "train.checkpoint_every=2",
-        "--gin_bindings", "RewardRunner.timeout_s = 3.0",
+        "--gin_bindings", "rewards.timeout_s = 3.0",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     logs = "".join(open(p).read() for p in sweep_dir.glob("*/log.txt"))
@@ -44,7 +44,7 @@ def test_two_trial_sweep_writes_a_summary_table_and_plots(tmp_path):
     for trial in plan["trials"]:
         assert "--config.loss.advantage=" + trial["overrides"]["loss.advantage"] in trial["command"]
         gin_text = open(os.path.join(trial["workdir"], "config.gin")).read()
-        assert "RewardRunner.timeout_s = 3.0" in gin_text
+        assert "rewards.timeout_s = 3.0" in gin_text
         assert json.load(open(os.path.join(trial["workdir"], "summary.json")))["steps"] == 2
 
     rows = list(csv.DictReader(open(sweep_dir / "summary.csv")))

@@ -99,7 +99,7 @@ def test_plan_builds_one_command_per_trial(tmp_path):
         str(tmp_path),
         base={"train.num_steps": 2, "seed": 7},
         gin_files=[GIN],
-        gin_bindings=["make_optimizer.b2 = 0.9"],
+        gin_bindings=["optimizer.b2 = 0.9"],
     )
     assert trial.workdir == str(tmp_path / "000_advantage=rloo_before=False_max_chars=9")
     assert trial.num_steps == 2
@@ -111,7 +111,7 @@ def test_plan_builds_one_command_per_trial(tmp_path):
         "--config.loss.advantage=rloo",
         "--config.eval.before=false",
         f"--gin_file={GIN}",
-        "--gin_bindings=make_optimizer.b2 = 0.9",
+        "--gin_bindings=optimizer.b2 = 0.9",
         "--gin_bindings=format_reward.max_chars = 9",
     ]
     assert launch.flag_value(1e-5) == "1e-05" and launch.parse_value("1e-5") == 1e-5
