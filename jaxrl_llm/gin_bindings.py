@@ -65,7 +65,9 @@ class GinConfigError(ValueError):
     """A gin file or binding could not be parsed or names something unknown."""
 
 
-def register(fn_or_cls, *, name: str | None = None, module: str = _MODULE, allowlist=None, denylist=None):
+def register(
+    fn_or_cls, *, name: str | None = None, module: str = _MODULE, allowlist=None, denylist=None
+):
     """Registers a plain function or class with gin (idempotent); returns the original object.
 
     Use it for your own functions, e.g. a custom loss in a notebook, then build them with

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -86,7 +85,9 @@ def main() -> int:
         f"\nEqual training budget {args.train_seconds:.0f} s per algorithm (compilation included); "
         "held-out greedy accuracy on 200 chain_sum prompts.\n"
     )
-    print("| algorithm | accuracy before | accuracy after | gain | steps | s/step (median, after the first) | first step s | peak RSS GB |")
+    print(
+        "| algorithm | accuracy before | accuracy after | gain | steps | s/step (median, after the first) | first step s | peak RSS GB |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(
@@ -96,9 +97,10 @@ def main() -> int:
         )
     from jaxrl_llm import plots
 
-    plots.plot_runs({r["algorithm"]: os.path.join(args.out, r["algorithm"]) for r in results},
-                    os.path.join(args.out, "plots"))
-    del resource
+    plots.plot_runs(
+        {r["algorithm"]: os.path.join(args.out, r["algorithm"]) for r in results},
+        os.path.join(args.out, "plots"),
+    )
     return 0
 
 

@@ -104,7 +104,9 @@ def check_algorithm(algorithm: Algorithm) -> Algorithm:
     """Raises ValueError for an inconsistent `Algorithm` (unknown role, critic without loss)."""
     unknown = sorted(set(algorithm.roles) - set(ROLE_NAMES))
     if unknown:
-        raise ValueError(f"algorithm {algorithm.name!r}: unknown roles {unknown}; use {ROLE_NAMES}.")
+        raise ValueError(
+            f"algorithm {algorithm.name!r}: unknown roles {unknown}; use {ROLE_NAMES}."
+        )
     missing = [r for r in ALWAYS_PRESENT if r not in algorithm.roles]
     if missing:
         raise ValueError(f"algorithm {algorithm.name!r}: roles must include {missing}.")

@@ -8,8 +8,10 @@ follows `jaxrl_llm.training.sequence_logprobs`: column t of `token_scores` is re
 state at t - 1, so `value_bt[b, t]` is V(s_t), the value of the prefix that token t continues, in
 the same column as that token's log-prob; column 0 is 0.
 
-The head's initial weights follow "The N+ Implementation Details of RLHF with PPO" (2403.17031),
-detail 4: normal with std 1 / sqrt(D + 1), bias 0.
+A reward model's head starts as in "The N+ Implementation Details of RLHF with PPO" (2403.17031),
+detail 4: normal with std 1 / sqrt(D + 1), bias 0. A critic made from the policy starts with a
+zero head (`from_policy`): V = 0 everywhere, so its first advantages are the plain returns
+instead of the noise of a random head, and explained variance starts at 0, not below it.
 """
 
 from __future__ import annotations
@@ -37,22 +39,27 @@ class ScalarHeadModel(nnx.Module):
     Args:
       trunk: the `Transformer` whose hidden states feed the head; it is owned (not copied).
       rngs: random stream for the head's initial weights.
+      head_init: "normal" (std 1 / sqrt(D + 1)) or "zeros".
 
     Example:
       >>> critic = ScalarHeadModel.from_policy(policy, seed=0)
       >>> values_bt = critic.token_scores(tokens_bt)   # [B, T]
     """
 
-    def __init__(self, trunk: Transformer, *, rngs: nnx.Rngs):
+    def __init__(self, trunk: Transformer, *, rngs: nnx.Rngs, head_init: str = "normal"):
+        if head_init not in ("normal", "zeros"):
+            raise ValueError(f"ScalarHeadModel: {head_init=} must be 'normal' or 'zeros'.")
         self.trunk = trunk
         width = trunk.config.hidden_size
-        std = 1.0 / math.sqrt(width + 1)
+        std = 1.0 / math.sqrt(width + 1) if head_init == "normal" else 0.0
         weight = std * jax.random.normal(rngs.params(), (width,), jnp.float32)
         self.head = nnx.Param(weight, logical_axes=("embed",))
         self.bias = param(None, (1,), jnp.float32, ("norm",), init="zeros")
 
     @classmethod
-    def from_policy(cls, policy: Transformer, *, seed: int = 0) -> ScalarHeadModel:
+    def from_policy(
+        cls, policy: Transformer, *, seed: int = 0, head_init: str = "zeros"
+    ) -> ScalarHeadModel:
         """A new model whose trunk is a copy of `policy`'s weights and whose head is fresh.
 
         The arrays are copied (not shared), so donating the policy's buffers in its train step
@@ -60,7 +67,7 @@ class ScalarHeadModel(nnx.Module):
         """
         graphdef, state = nnx.split(policy)
         trunk = nnx.merge(graphdef, jax.tree.map(jnp.copy, state))
-        return cls(trunk, rngs=nnx.Rngs(params=seed))
+        return cls(trunk, rngs=nnx.Rngs(params=seed), head_init=head_init)
 
     def _scores(self, hidden_btd: Array) -> Array:
         hidden = hidden_btd.astype(jnp.float32)
@@ -138,7 +145,9 @@ def load_scalar_model(directory: str) -> ScalarHeadModel:
     if fields.get("rope_scaling") is not None:
         fields["rope_scaling"] = RopeScaling(**fields["rope_scaling"])
     config = ModelConfig(**fields)
-    abstract = nnx.eval_shape(lambda: ScalarHeadModel(Transformer(config, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(
+        lambda: ScalarHeadModel(Transformer(config, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(0))
+    )
     graphdef, abstract_params = nnx.split(abstract, nnx.Param)
     with ocp.StandardCheckpointer() as checkpointer:
         params = checkpointer.restore(os.path.join(directory, _PARAMS_DIR), abstract_params)

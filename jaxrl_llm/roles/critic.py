@@ -36,7 +36,13 @@ class Critic(Learner):
       >>> values_bt = critic.values(rollout.tokens)      # numpy [B, T], V(s_t) in column t
     """
 
-    def __init__(self, model: ScalarHeadModel, optimizer: optax.GradientTransformation, loss_fn: LossFn, mesh: Mesh):
+    def __init__(
+        self,
+        model: ScalarHeadModel,
+        optimizer: optax.GradientTransformation,
+        loss_fn: LossFn,
+        mesh: Mesh,
+    ):
         super().__init__(model, optimizer, loss_fn, mesh)
 
         def values(params, tokens_bt):

@@ -73,7 +73,11 @@ class Learner:
     """
 
     def __init__(
-        self, model: nnx.Module, optimizer: optax.GradientTransformation, loss_fn: LossFn, mesh: Mesh,
+        self,
+        model: nnx.Module,
+        optimizer: optax.GradientTransformation,
+        loss_fn: LossFn,
+        mesh: Mesh,
         rules: Rules = TRAIN_RULES,
     ):
         self.mesh, self.rules, self.optimizer = mesh, rules, optimizer

@@ -72,7 +72,11 @@ def validate_placement(placement, num_devices: int | None = None) -> None:
     if needed > num_devices:
         raise ValueError(
             f"config.placement ({placement.mode}: train_mesh={tuple(placement.train_mesh)}"
-            + (f", rollout_mesh={tuple(placement.rollout_mesh)}" if placement.mode == "split" else "")
+            + (
+                f", rollout_mesh={tuple(placement.rollout_mesh)}"
+                if placement.mode == "split"
+                else ""
+            )
             + f") needs {needed} devices, {num_devices} are available. Shrink the meshes, or on "
             "CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N before starting Python."
         )

@@ -28,7 +28,9 @@ class Reference:
       >>> ref_logp_bt = ref.logprobs(rollout.tokens)       # numpy [B, T]
     """
 
-    def __init__(self, model: nnx.Module, mesh: Mesh, *, temperature: float, rules: Rules = TRAIN_RULES):
+    def __init__(
+        self, model: nnx.Module, mesh: Mesh, *, temperature: float, rules: Rules = TRAIN_RULES
+    ):
         self.mesh, self.rules = mesh, rules
         self.graphdef, params = nnx.split(model, nnx.Param)
         params = jax.tree.map(jnp.copy, params)

@@ -29,8 +29,19 @@ class ModelReward:
       min_length_bucket: sequences are right-padded to a length bucket >= this.
     """
 
-    def __init__(self, model: ScalarHeadModel, tokenizer, *, batch_size: int = 16, min_length_bucket: int = 64):
-        self.tokenizer, self.batch_size, self.min_length_bucket = tokenizer, batch_size, min_length_bucket
+    def __init__(
+        self,
+        model: ScalarHeadModel,
+        tokenizer,
+        *,
+        batch_size: int = 16,
+        min_length_bucket: int = 64,
+    ):
+        self.tokenizer, self.batch_size, self.min_length_bucket = (
+            tokenizer,
+            batch_size,
+            min_length_bucket,
+        )
         self.graphdef, self.params = nnx.split(model, nnx.Param)
 
         def scores(params, tokens_bt, lengths_b):
@@ -63,7 +74,9 @@ class RewardRole:
       >>> out = rewards(prompts, completions, examples)       # RewardOutput
     """
 
-    def __init__(self, functions: RewardRunner, model: ModelReward | None = None, model_weight: float = 1.0):
+    def __init__(
+        self, functions: RewardRunner, model: ModelReward | None = None, model_weight: float = 1.0
+    ):
         self.functions, self.model, self.model_weight = functions, model, model_weight
 
     def __call__(self, prompts, completions, examples) -> RewardOutput:

@@ -182,7 +182,10 @@ class ProgressHook(Hook):
     def on_start(self, run: RunContext) -> None:
         start = run.meta["step"]
         self.bar = tqdm.tqdm(
-            total=self.total, initial=start, desc=self.desc, disable=not self.enabled,
+            total=self.total,
+            initial=start,
+            desc=self.desc,
+            disable=not self.enabled,
             dynamic_ncols=True,
         )
 
@@ -212,7 +215,7 @@ def default_hooks(config, workdir: str, *, desc: str, progress: bool = True) -> 
             every=config.train.checkpoint_every,
         ),
         EvaluationHook(before=config.eval.before, after=config.eval.after, every=config.eval.every),
-        NonFiniteGuard(config.train.max_consecutive_nonfinite),
         MetricsHook(sample_every=config.train.sample_every),
         ProgressHook(total=config.train.num_steps, desc=desc, enabled=progress),
+        NonFiniteGuard(config.train.max_consecutive_nonfinite),  # last: the step is logged first
     ]

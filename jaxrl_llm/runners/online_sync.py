@@ -296,7 +296,9 @@ def train(
             for hook in hooks:
                 hook.on_step(run, record)
             if out_of_time:
-                print(f"[jaxrl_llm] stopping after step {step + 1}: train.max_time_s={budget} spent")
+                print(
+                    f"[jaxrl_llm] stopping after step {step + 1}: train.max_time_s={budget} spent"
+                )
                 break
         run.summary["train_time_s"] = time.time() - train_start
         for hook in hooks:

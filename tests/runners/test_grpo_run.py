@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
+from jaxrl_llm.algorithms import grpo
 from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.algorithms import grpo
 from jaxrl_llm.runners import TIME_KEYS, NonFiniteLossError, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

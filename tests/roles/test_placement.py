@@ -1,0 +1,147 @@
+"""Placement on 8 fake CPU devices: colocated and split (4 + 4) GRPO give the same per-step
+metrics, the weight sync between the groups stays on device, and the main job uses one device."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxrl_llm.config import config_for, load_config, make_tiny
+from jaxrl_llm.metrics import read_metrics
+from jaxrl_llm.models import init_model, tiny_config
+from jaxrl_llm.rewards import RewardRunner
+from jaxrl_llm.roles import Learner, RolloutWorker, make_placement, validate_placement
+from jaxrl_llm.runners import TIME_KEYS, components, train
+from jaxrl_llm.sharding import no_host_transfers
+from jaxrl_llm.training import make_optimizer
+
+TINY = "experiments/configs/grpo_tiny.py"
+
+
+def _placement(mode, train_mesh, rollout_mesh=(1, 1)):
+    return ml_collections.ConfigDict(
+        dict(mode=mode, train_mesh=train_mesh, rollout_mesh=rollout_mesh)
+    )
+
+
+def _odd_length_reward(prompt, completion, example):
+    """A reward the tiny random model earns about half the time, so the updates are not zero."""
+    return float(len(completion) % 2)
+
+
+@pytest.fixture
+def text_reward(monkeypatch):
+    def build(config):
+        return RewardRunner({"task": _odd_length_reward}, timeout_s=None)
+
+    monkeypatch.setattr(components, "build_rewards", build)
+
+
+def _run(tmp_path, name, placement, steps=3):
+    config = load_config(
+        TINY,
+        {
+            "train.num_steps": steps,
+            "eval.before": False,
+            "eval.after": False,
+            "loss.kl_beta": 0.05,  # the reference role runs on the train mesh too
+        },
+    )
+    with config.unlocked():
+        config.placement = placement
+    workdir = tmp_path / name
+    train(config, str(workdir), progress=False)
+    return read_metrics(str(workdir))
+
+
+def test_colocated_and_split_grpo_give_the_same_metrics(tmp_path, text_reward):
+    colocated = _run(tmp_path, "colocated", _placement("colocated", (2, 4)))
+    split = _run(tmp_path, "split", _placement("split", (2, 2), (1, 4)))
+    assert len(colocated) == len(split) == 3
+    assert any(abs(r["train/pg_loss"]) > 1e-4 for r in colocated)  # the updates are not zero
+    assert colocated[-1]["train/kl_ref"] > 0  # the policy moved away from the reference
+    for a, b in zip(colocated, split, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            if key in TIME_KEYS or key.startswith("time/"):
+                continue
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def _actor_and_rollout(mode):
+    if mode == "colocated":  # FSDP over "data" in training, gathered for decoding
+        placement = make_placement(_placement("colocated", (2, 4)))
+    else:
+        placement = make_placement(_placement("split", (1, 4), (1, 4)))
+    policy = init_model(tiny_config(), seed=0)
+
+    class _Tokenizer:
+        pad_token_id = 0
+
+        @staticmethod
+        def stop_token_ids():
+            return [1]
+
+    rollout = RolloutWorker(
+        policy, _Tokenizer(), placement.rollout_mesh, max_new_tokens=4, temperature=1.0
+    )
+    expected = jax.tree.map(np.asarray, nnx.state(policy, nnx.Param))
+    actor = Learner(
+        policy,
+        make_optimizer(learning_rate=1e-3),
+        lambda m, b: (jnp.zeros(()), {}),
+        placement.train_mesh,
+    )
+    return placement, actor, rollout, expected
+
+
+def test_split_weight_sync_moves_device_to_device_only():
+    placement, actor, rollout, expected = _actor_and_rollout("split")
+    train_devices = set(placement.train_mesh.devices.flat)
+    rollout_devices = set(placement.rollout_mesh.devices.flat)
+    assert not train_devices & rollout_devices and len(rollout_devices) == 4
+    with no_host_transfers():  # any host-to-device (or, off CPU, device-to-host) copy raises
+        stats = rollout.sync(actor.params, version=1)
+    leaves = jax.tree.leaves(rollout.params)
+    assert stats.num_moved == len(leaves) and stats.bytes == sum(x.nbytes for x in leaves)
+    for x in leaves:
+        assert set(x.sharding.device_set) == rollout_devices
+    for got, want in zip(leaves, jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    # The guard is live: the same weights sent through the host are refused.
+    host = np.asarray(leaves[0])
+    with pytest.raises(Exception, match="host-to-device"), no_host_transfers():
+        jax.device_put(host, leaves[0].sharding)
+
+
+def test_colocated_sync_reshards_to_the_decode_layout_on_the_same_devices():
+    placement, actor, rollout, expected = _actor_and_rollout("colocated")
+    stats = rollout.sync(actor.params)
+    assert placement.rollout_mesh is placement.train_mesh
+    mlp_train = actor.params["layers"][0]["mlp"]["gate_proj"].get_value()
+    mlp_decode = rollout.params["layers"][0]["mlp"]["gate_proj"].get_value()
+    assert mlp_train.sharding.device_set == mlp_decode.sharding.device_set
+    assert stats.num_moved > 0  # embed gathered over "data" in the decode layout
+    np.testing.assert_array_equal(
+        np.asarray(mlp_decode), expected["layers"][0]["mlp"]["gate_proj"].get_value()
+    )
+
+
+def test_main_job_runs_on_a_one_device_mesh():
+    config = config_for("grpo")
+    placement = make_placement(config.placement)
+    assert placement.colocated and placement.train_mesh.devices.size == 1
+    assert placement.train_mesh.axis_names == ("data", "model")
+
+
+def test_placement_errors_name_the_field():
+    with pytest.raises(ValueError, match=r"config.placement.mode='spread'"):
+        validate_placement(_placement("spread", (1, 1)))
+    with pytest.raises(ValueError, match=r"config.placement.train_mesh=\(0, 1\)"):
+        validate_placement(_placement("colocated", (0, 1)))
+    with pytest.raises(ValueError, match="needs 16 devices, 8 are available"):
+        validate_placement(_placement("split", (2, 4), (2, 4)), num_devices=8)
+    config = make_tiny(config_for("grpo"))
+    assert config.placement.mode == "colocated"
