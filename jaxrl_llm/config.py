@@ -67,6 +67,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.rewards.format_weight = 0.0
     # Seconds a reward function may take per sample before it counts as 0.
     c.rewards.timeout_s = 5.0
+    # A reward model: the directory of a saved scalar-head model (`save_scalar_model`), scored
+    # on device at the last token of prompt + completion and added with `model_weight`; "" = none.
+    c.rewards.model = ""
+    c.rewards.model_weight = 1.0
 
     c.rollout = ml_collections.ConfigDict()
     # Prompts per step and completions per prompt (the GRPO group).

@@ -11,11 +11,13 @@ from jaxrl_llm.algorithms.base import Algorithm
 from jaxrl_llm.data import PromptBatcher, ReasoningGymSource
 from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretrained, init_model
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
+from jaxrl_llm.models.heads import load_scalar_model
 from jaxrl_llm.models.registry import resolve_model_path
 from jaxrl_llm.rewards import RewardRunner, format_reward, task_reward
 from jaxrl_llm.roles import (
     Critic,
     Learner,
+    ModelReward,
     Placement,
     Reference,
     RewardRole,
@@ -148,4 +150,8 @@ def build_roles(config: ml_collections.ConfigDict, algorithm: Algorithm, parts: 
         min_prompt_bucket=config.rollout.min_prompt_bucket,
     )
     actor = Learner(policy, parts.optimizer, algorithm.loss, placement.train_mesh)
-    return Roles(placement, actor, rollout, RewardRole(parts.rewards), reference, critic)
+    reward_model = None
+    if config.rewards.model:
+        reward_model = ModelReward(load_scalar_model(config.rewards.model), parts.tokenizer)
+    reward = RewardRole(parts.rewards, reward_model, model_weight=config.rewards.model_weight)
+    return Roles(placement, actor, rollout, reward, reference, critic)

@@ -145,3 +145,31 @@ def test_placement_errors_name_the_field():
         validate_placement(_placement("split", (2, 4), (2, 4)), num_devices=8)
     config = make_tiny(config_for("grpo"))
     assert config.placement.mode == "colocated"
+
+
+def test_reward_role_adds_a_weighted_reward_model(tmp_path):
+    from jaxrl_llm.models import ScalarHeadModel, save_scalar_model
+    from jaxrl_llm.roles import ModelReward, RewardRole
+
+    class _Tokenizer:
+        pad_token_id = 0
+
+        @staticmethod
+        def batch_encode(texts):
+            return [[1 + ord(ch) % 200 for ch in text] for text in texts]
+
+    model = ScalarHeadModel(init_model(tiny_config(), seed=0), rngs=nnx.Rngs(1))
+    save_scalar_model(model, str(tmp_path / "rm"))
+    scorer = ModelReward(model, _Tokenizer(), batch_size=2, min_length_bucket=8)
+    prompts, completions = ["ab", "abc", "x"], ["c", "", "yz"]
+    scores = scorer(prompts, completions)
+    # Each score is the head at the last real token, whatever the padding of its batch.
+    for i, text in enumerate(["abc", "abc", "xyz"]):
+        ids = jnp.asarray([_Tokenizer.batch_encode([text])[0]])
+        np.testing.assert_allclose(
+            scores[i], model.sequence_scores(ids, jnp.asarray([len(text)]))[0], atol=1e-5
+        )
+    functions = RewardRunner({"task": lambda p, c, e: 1.0}, timeout_s=None)
+    out = RewardRole(functions, scorer, model_weight=0.5)(prompts, completions, [None] * 3)
+    np.testing.assert_allclose(out.total, 1.0 + 0.5 * scores, rtol=1e-6)
+    np.testing.assert_array_equal(out.per_function["model"], scores)
