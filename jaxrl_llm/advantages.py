@@ -14,7 +14,6 @@ import jax.numpy as jnp
 from jaxrl_llm.losses import _checks
 
 __all__ = [
-    "GROUP_ESTIMATORS",
     "discounted_returns",
     "gae",
     "grpo",
