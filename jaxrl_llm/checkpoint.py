@@ -1,15 +1,20 @@
 """Checkpoints with orbax: the train state (params, optimizer state, step) plus JSON metadata.
 
 The metadata holds what makes a resumed run continue exactly: the RL step, the data position,
-the seed, and the evaluation done so far. A checkpoint that cannot be read is reported with its
-directory, and the previous one is used instead (nothing is deleted).
+the seed, and the evaluation done so far. A checkpoint that cannot be read (corrupt files, an
+empty or half-written step directory) is moved aside to `<directory>_quarantine/<step>-<time>`
+(kept for inspection, never deleted), and the next older one is restored; the run then saves
+that step again without colliding with the broken copy. A save that fails (a full disk, a write
+error) raises `CheckpointSaveError` naming the last checkpoint that is intact.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+import shutil
+import time
+from typing import Any, NamedTuple
 
 import jax
 import orbax.checkpoint as ocp
@@ -17,8 +22,16 @@ import orbax.checkpoint as ocp
 log = logging.getLogger(__name__)
 
 
-class CorruptCheckpointError(RuntimeError):
-    """No checkpoint in the directory could be restored."""
+class CheckpointSaveError(OSError):
+    """A checkpoint could not be written; the older checkpoints are intact."""
+
+
+class Quarantined(NamedTuple):
+    """A checkpoint that could not be restored and was moved aside."""
+
+    step: int
+    path: str
+    reason: str
 
 
 class Checkpointer:
@@ -36,21 +49,37 @@ class Checkpointer:
 
     def __init__(self, directory: str, *, max_to_keep: int = 3):
         self.directory = os.path.abspath(directory)
+        self.quarantine_directory = self.directory.rstrip("/") + "_quarantine"
+        self.quarantined: list[Quarantined] = []
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
         )
 
     def save(self, step: int, train_state: Any, metadata: dict[str, Any]) -> None:
-        """Writes checkpoint `step` and waits until it is on disk."""
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(train_state), metadata=ocp.args.JsonSave(metadata)
-            ),
-            force=True,
-        )
-        self.manager.wait_until_finished()
+        """Writes checkpoint `step` and waits until it is on disk.
+
+        Raises:
+          CheckpointSaveError: the write failed (e.g. no space left); the checkpoints already on
+            disk are untouched and a rerun resumes from the newest of them.
+        """
+        try:
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(train_state), metadata=ocp.args.JsonSave(metadata)
+                ),
+                force=True,
+            )
+            self.manager.wait_until_finished()
+        except Exception as e:
+            intact = [s for s in self.all_steps() if s != step]
+            last = f"step {intact[-1]}" if intact else "none"
+            raise CheckpointSaveError(
+                f"Could not write checkpoint {step} to {self.directory} ({type(e).__name__}: {e}). "
+                f"Newest intact checkpoint: {last}. Free disk space (or fix the directory) and run "
+                "the same command again to resume from it."
+            ) from e
 
     def all_steps(self) -> list[int]:
         """Steps with a checkpoint, ascending."""
@@ -67,31 +96,35 @@ class Checkpointer:
         )
         return restored.state, dict(restored.metadata)
 
-    def restore_latest(self, abstract_state: Any) -> tuple[Any, dict[str, Any]] | None:
-        """The newest checkpoint that restores, or None when there is none.
+    def quarantine(self, step: int, reason: str) -> Quarantined:
+        """Moves step folder `step` aside (to `quarantine_directory`); returns where it went."""
+        os.makedirs(self.quarantine_directory, exist_ok=True)
+        source = os.path.join(self.directory, str(step))
+        target = os.path.join(self.quarantine_directory, f"{step}-{time.strftime('%Y%m%dT%H%M%S')}")
+        suffix = 0
+        while os.path.exists(target + (f".{suffix}" if suffix else "")):
+            suffix += 1
+        target += f".{suffix}" if suffix else ""
+        shutil.move(source, target)
+        self.manager.reload()
+        entry = Quarantined(step, target, reason)
+        self.quarantined.append(entry)
+        log.warning("Checkpoint %s cannot be restored (%s); moved to %s.", source, reason, target)
+        return entry
 
-        Raises:
-          CorruptCheckpointError: checkpoints exist but none can be read.
+    def restore_latest(self, abstract_state: Any) -> tuple[Any, dict[str, Any]] | None:
+        """The newest checkpoint that restores, or None when none does.
+
+        Each checkpoint that fails to restore is moved aside (`quarantine`, listed in
+        `self.quarantined`) before the next older one is tried, so later saves of the same step
+        succeed. With every checkpoint broken, the run starts from scratch and the broken ones
+        stay in `quarantine_directory`.
         """
-        steps = self.all_steps()
-        errors = []
-        for step in reversed(steps):
+        for step in reversed(self.all_steps()):
             try:
                 return self.restore(step, abstract_state)
             except Exception as e:  # orbax raises many types for truncated or foreign files
-                path = os.path.join(self.directory, str(step))
-                log.warning(
-                    "Checkpoint %s cannot be restored (%s: %s); trying an older one.",
-                    path,
-                    type(e).__name__,
-                    e,
-                )
-                errors.append(f"{path}: {type(e).__name__}: {e}")
-        if errors:
-            raise CorruptCheckpointError(
-                "No checkpoint could be restored:\n  " + "\n  ".join(errors) + "\nMove the broken "
-                "step folders aside to start from scratch, or point --workdir elsewhere."
-            )
+                self.quarantine(step, f"{type(e).__name__}: {str(e)[:300]}")
         return None
 
     def close(self) -> None:

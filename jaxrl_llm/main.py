@@ -20,6 +20,9 @@ _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (checkpoints, metrics); resumes if it has a checkpoint."
 )
 _NO_PROGRESS = flags.DEFINE_bool("no_progress", False, "Hide the progress bar.")
+_DEBUG = flags.DEFINE_bool(
+    "debug", False, "Show the Python traceback of an error instead of one line."
+)
 _GIN_FILES = flags.DEFINE_multi_string(
     "gin_file",
     [],
@@ -42,6 +45,9 @@ def main(argv):
     del argv
     from jaxrl_llm.config import validate_config
     from jaxrl_llm.runners import train
+
+    global USER_ERRORS
+    USER_ERRORS = _user_errors()
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
     config = _CONFIG.value
@@ -67,7 +73,25 @@ def main(argv):
         os.makedirs(_WORKDIR.value, exist_ok=True)
         with open(os.path.join(_WORKDIR.value, "config.gin"), "w") as f:
             f.write(gin_text)
-    train(config, _WORKDIR.value, progress=not _NO_PROGRESS.value)
+    try:
+        train(config, _WORKDIR.value, progress=not _NO_PROGRESS.value)
+    except USER_ERRORS as e:
+        if _DEBUG.value:
+            raise
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"error: {message} (--debug shows the traceback)", file=sys.stderr)
+        sys.exit(1)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from jaxrl_llm.runners import NonFiniteLossError
+
+    # A bad value, a missing file (model, data), an unknown name (task, model), a full disk,
+    # a run that diverged: one line each. Anything else is a bug and keeps its traceback.
+    return (ValueError, KeyError, OSError, NonFiniteLossError)
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = ()
 
 
 def _parse_gin(gin_files, gin_bindings) -> str:

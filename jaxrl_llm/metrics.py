@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -17,6 +18,9 @@ import numpy as np
 def _to_float(value: Any) -> float:
     value = float(np.asarray(value))
     return value if math.isfinite(value) else float("nan")
+
+
+log = logging.getLogger(__name__)
 
 
 class MetricsWriter:
@@ -31,13 +35,30 @@ class MetricsWriter:
     def __init__(self, workdir: str, *, tensorboard: bool = True):
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
-        self._metrics = open(os.path.join(workdir, "metrics.jsonl"), "a")
-        self._samples = open(os.path.join(workdir, "samples.jsonl"), "a")
+        self.torn_lines = 0
+        self._metrics = self._open_for_append(os.path.join(workdir, "metrics.jsonl"))
+        self._samples = self._open_for_append(os.path.join(workdir, "samples.jsonl"))
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def _open_for_append(self, path: str):
+        """Opens a JSONL file for appending; a torn last line (a crash mid-write) is cut off and
+        kept in `<file>.torn`, so the next row starts on a line of its own."""
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                data = f.read()
+            if data and not data.endswith(b"\n"):
+                cut = data.rfind(b"\n") + 1
+                with open(path + ".torn", "ab") as f:
+                    f.write(data[cut:] + b"\n")
+                with open(path, "r+b") as f:
+                    f.truncate(cut)
+                self.torn_lines += 1
+                log.warning("%s ended with a torn line; moved it to %s.torn", path, path)
+        return open(path, "a")
 
     def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> dict[str, float]:
         """Appends one JSON line `{"step": step, **scalars}` and the TensorBoard scalars."""
@@ -74,5 +95,14 @@ def read_metrics(workdir: str) -> list[dict[str, float]]:
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
+    rows = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [line for line in f if line.strip()]
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i != len(lines) - 1:
+                raise
+            log.warning("%s: skipping a torn last line (a crash mid-write)", path)
+    return rows

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl_llm.checkpoint import Checkpointer, CorruptCheckpointError, abstract_like
+from jaxrl_llm.checkpoint import Checkpointer, abstract_like
 from jaxrl_llm.config import apply_overrides, grpo_config, load_config, validate_config
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.training import create_train_state, make_optimizer
@@ -30,7 +30,7 @@ def test_round_trip_and_fallback_past_corrupt_checkpoint(tmp_path):
     jax.tree.map(
         np.testing.assert_array_equal, jax.tree.map(np.asarray, state), jax.tree.map(np.asarray, s2)
     )
-    # Corrupt every file of step 2: the loader warns and takes step 1; nothing is deleted.
+    # Corrupt every file of step 2: it is moved aside (kept), step 1 is restored.
     for root, _, files in os.walk(tmp_path / "ckpt" / "2"):
         for name in files:
             with open(os.path.join(root, name), "wb") as f:
@@ -40,13 +40,20 @@ def test_round_trip_and_fallback_past_corrupt_checkpoint(tmp_path):
     jax.tree.map(
         np.testing.assert_array_equal, jax.tree.map(np.asarray, state), jax.tree.map(np.asarray, s1)
     )
-    assert os.path.isdir(tmp_path / "ckpt" / "2")
-    for root, _, files in os.walk(tmp_path / "ckpt" / "1"):
-        for name in files:
-            with open(os.path.join(root, name), "wb") as f:
-                f.write(b"\x00garbage")
-    with pytest.raises(CorruptCheckpointError, match="No checkpoint could be restored"):
-        ckpt.restore_latest(abstract_like(s1))
+    assert not os.path.exists(tmp_path / "ckpt" / "2")
+    [moved] = ckpt.quarantined
+    assert moved.step == 2 and os.path.isdir(moved.path)
+    assert moved.path.startswith(str(tmp_path / "ckpt_quarantine"))
+    ckpt.save(2, s2, {"step": 2, "data": {"position": 16}})  # the same step saves again
+    assert ckpt.all_steps() == [1, 2]
+    for step in ("1", "2"):
+        for root, _, files in os.walk(tmp_path / "ckpt" / step):
+            for name in files:
+                with open(os.path.join(root, name), "wb") as f:
+                    f.write(b"\x00garbage")
+    assert ckpt.restore_latest(abstract_like(s1)) is None  # every one broken: start afresh
+    assert [q.step for q in ckpt.quarantined] == [2, 2, 1]
+    assert len(os.listdir(tmp_path / "ckpt_quarantine")) == 3
     ckpt.close()
 
 

@@ -11,13 +11,16 @@ algorithm's `update`. Checkpoints, evaluation, metrics, progress and the non-fin
 hooks (`jaxrl_llm.runners.hooks`). Nothing here knows a particular algorithm.
 
 Each step is reproducible from (seed, step, data position, state), which is everything a
-checkpoint stores, so a killed run resumes with the same metrics.
+checkpoint stores, so a killed run resumes with the same metrics. SIGTERM stops the run after the
+current step, with a checkpoint of it (`StopSignal`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -246,6 +249,31 @@ class OnlineRun:
         return StepRecord(step + 1, scalars, samples, skip_save=skipped, last=last)
 
 
+class StopSignal:
+    """Turns SIGTERM (a preemption, `kill`) into a request to stop after the current step.
+
+    The runner then checkpoints that step and returns normally (exit code 0). Installed only in
+    the main thread (Python delivers signals there); elsewhere `requested` stays None.
+    """
+
+    def __init__(self):
+        self.requested: str | None = None
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        del frame
+        self.requested = signal.Signals(signum).name
+        print(f"[jaxrl_llm] {self.requested}: finishing the current step, then saving", flush=True)
+
+    def restore(self) -> None:
+        """Puts the previous SIGTERM handler back."""
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
 def train(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -283,6 +311,7 @@ def train(
     run = OnlineRun(config, workdir, algorithm, parts, build_roles(config, algorithm, parts))
     if hooks is None:
         hooks = default_hooks(config, workdir, desc=algorithm.name.upper(), progress=progress)
+    stop = StopSignal()
     try:
         for hook in hooks:
             hook.on_start(run)
@@ -292,18 +321,24 @@ def train(
             record = run.step(step)
             budget = config.train.max_time_s
             out_of_time = bool(budget) and time.time() - train_start > budget
-            record.last = record.last or out_of_time
+            record.last = record.last or out_of_time or bool(stop.requested)
             for hook in hooks:
                 hook.on_step(run, record)
+            if stop.requested:
+                print(f"[jaxrl_llm] {stop.requested} received: step {step + 1} saved, stopping")
+                run.summary["stopped_by"] = stop.requested
+                break
             if out_of_time:
                 print(
                     f"[jaxrl_llm] stopping after step {step + 1}: train.max_time_s={budget} spent"
                 )
                 break
         run.summary["train_time_s"] = time.time() - train_start
-        for hook in hooks:
-            hook.on_end(run)
+        if not stop.requested:  # a preempted run leaves as fast as it can
+            for hook in hooks:
+                hook.on_end(run)
     finally:
+        stop.restore()
         run.writer.close()
         for hook in hooks:
             if hasattr(hook, "close"):

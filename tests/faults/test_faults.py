@@ -1,0 +1,293 @@
+"""Fault injection on the tiny model: each fault a long run meets, what the run does, and that
+nothing trained before the fault is lost.
+
+Every case compares against an uninterrupted run of the same config (metrics are deterministic
+per (seed, step, data position, state)). A new runner or algorithm joins the checkpoint cases by
+adding one entry to `RUNS`.
+"""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from jaxrl_llm.checkpoint import CheckpointSaveError
+from jaxrl_llm.config import load_config
+from jaxrl_llm.metrics import read_metrics
+from jaxrl_llm.rewards import RewardRunner
+from jaxrl_llm.runners import TIME_KEYS, components, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUNS = [
+    pytest.param("experiments/configs/grpo_tiny.py", id="grpo"),
+    pytest.param("experiments/configs/ppo_tiny.py", id="ppo"),
+]
+STEPS = 4
+
+
+def _config(path, steps=STEPS, **overrides):
+    return load_config(
+        os.path.join(ROOT, path),
+        {
+            "train.num_steps": steps,
+            "train.checkpoint_every": 1,
+            "eval.before": False,
+            "eval.after": False,
+            **overrides,
+        },
+    )
+
+
+def _by_step(workdir):
+    """The last row of each step (a resumed run rewrites the steps it redoes)."""
+    rows = {}
+    for row in read_metrics(str(workdir)):
+        if "train/rows" in row:
+            rows[row["step"]] = {k: v for k, v in row.items() if k not in TIME_KEYS}
+    return rows
+
+
+def _assert_same_steps(got_dir, want_dir, steps=STEPS):
+    got, want = _by_step(got_dir), _by_step(want_dir)
+    assert sorted(got) == sorted(want) == list(range(1, steps + 1))
+    for step in want:
+        assert got[step].keys() == want[step].keys()
+        for key in want[step]:
+            np.testing.assert_allclose(
+                got[step][key], want[step][key], rtol=1e-5, atol=1e-7, err_msg=f"{step} {key}"
+            )
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """One uninterrupted run per config, shared by the cases."""
+    cache = {}
+
+    def get(path):
+        if path not in cache:
+            workdir = tmp_path_factory.mktemp("uninterrupted")
+            train(_config(path), str(workdir), progress=False)
+            cache[path] = workdir
+        return cache[path]
+
+    return get
+
+
+def _scribble(directory):
+    """Overwrites every file under `directory` with random bytes (a bad disk, a torn write)."""
+    rng = np.random.default_rng(0)
+    for root, _, files in os.walk(directory):
+        for name in files:
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(rng.bytes(64))
+
+
+@pytest.mark.parametrize("path", RUNS)
+def test_corrupt_newest_checkpoint_is_moved_aside_and_the_run_finishes(
+    tmp_path, path, uninterrupted, capsys
+):
+    """The issue's repro: 2 steps, step 2's files scribbled over, then 4 steps."""
+    train(_config(path, steps=2), str(tmp_path), progress=False)
+    _scribble(tmp_path / "checkpoints" / "2")
+    train(_config(path), str(tmp_path), progress=False)
+    out = capsys.readouterr().out
+    assert "checkpoint 2 could not be restored" in out and "resumed from" in out
+    [moved] = os.listdir(tmp_path / "checkpoints_quarantine")
+    assert moved.startswith("2-")  # kept for inspection
+    assert sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())[-1] == 4
+    faults = [r for r in read_metrics(str(tmp_path)) if "fault/quarantined_checkpoints" in r]
+    assert faults == [{"step": 1, "fault/quarantined_checkpoints": 1.0}]
+    _assert_same_steps(tmp_path, uninterrupted(path))
+
+
+@pytest.mark.parametrize("path", RUNS)
+def test_empty_step_directory_is_moved_aside(tmp_path, path, uninterrupted):
+    train(_config(path, steps=2), str(tmp_path), progress=False)
+    os.makedirs(tmp_path / "checkpoints" / "3")  # a crash right after mkdir
+    train(_config(path), str(tmp_path), progress=False)
+    assert any(d.startswith("3-") for d in os.listdir(tmp_path / "checkpoints_quarantine"))
+    _assert_same_steps(tmp_path, uninterrupted(path))
+
+
+def test_torn_last_metrics_line_is_cut_off_and_kept(tmp_path, uninterrupted):
+    path = "experiments/configs/grpo_tiny.py"
+    train(_config(path, steps=2), str(tmp_path), progress=False)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "reward/me')  # killed mid-write
+    assert len(read_metrics(str(tmp_path))) == 2  # the reader skips it too
+    train(_config(path), str(tmp_path), progress=False)
+    assert open(tmp_path / "metrics.jsonl.torn").read() == '{"step": 3, "reward/me\n'
+    _assert_same_steps(tmp_path, uninterrupted(path))
+
+
+def _raises(prompt, completion, example):
+    raise RuntimeError("verifier crashed")
+
+
+def _hangs(prompt, completion, example):
+    time.sleep(30)
+    return 1.0
+
+
+def test_reward_functions_that_raise_hang_or_return_junk_score_zero(tmp_path, monkeypatch):
+    functions = {
+        "task": lambda p, c, e: 1.0,
+        "raises": _raises,
+        "hangs": _hangs,
+        "nan": lambda p, c, e: float("nan"),
+        "string": lambda p, c, e: "high",
+    }
+    monkeypatch.setattr(
+        components, "build_rewards", lambda config: RewardRunner(functions, timeout_s=0.3)
+    )
+    t0 = time.time()
+    summary = train(
+        _config("experiments/configs/grpo_tiny.py", steps=1), str(tmp_path), progress=False
+    )
+    assert summary["steps"] == 1 and time.time() - t0 < 25  # the hung calls were abandoned
+    [row] = read_metrics(str(tmp_path))
+    assert row["reward/timeouts"] == 8  # 8 completions, "hangs" timed out on each
+    assert row["reward/errors"] == 3 * 8  # raises, nan, string
+    assert row["reward/mean"] == 1.0  # only the task reward counted
+
+
+def test_nan_loss_at_a_chosen_step_skips_that_update_only(tmp_path, monkeypatch, uninterrupted):
+    from jaxrl_llm.algorithms import grpo
+
+    path = "experiments/configs/grpo_tiny.py"
+    real, calls = grpo.group_advantages, []
+
+    def poisoned(rewards, group, **kw):
+        calls.append(1)
+        adv = real(rewards, group, **kw)
+        return np.full_like(adv, np.nan) if len(calls) == 3 else adv
+
+    monkeypatch.setattr(grpo, "group_advantages", poisoned)
+    train(_config(path), str(tmp_path), progress=False)
+    rows = _by_step(tmp_path)
+    assert [rows[s]["train/nonfinite"] for s in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 0.0]
+    want = _by_step(uninterrupted(path))
+    for step in (1, 2):  # before the fault: identical
+        np.testing.assert_allclose(rows[step]["train/entropy"], want[step]["train/entropy"])
+    steps = sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
+    assert steps == [1, 2, 4]  # the skipped step 3 was not saved
+
+
+def test_disk_full_when_saving_stops_with_the_intact_checkpoint_named(
+    tmp_path, monkeypatch, uninterrupted
+):
+    path = "experiments/configs/grpo_tiny.py"
+    real_save = ocp.CheckpointManager.save
+
+    def save(self, step, *args, **kwargs):
+        if step == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", save)
+    with pytest.raises(CheckpointSaveError, match="Newest intact checkpoint: step 2"):
+        train(_config(path), str(tmp_path), progress=False)
+    monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)
+    train(_config(path), str(tmp_path), progress=False)  # space freed: the same command resumes
+    _assert_same_steps(tmp_path, uninterrupted(path))
+
+
+def _cli(workdir, *extra, script=None):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    flags = [
+        "--config",
+        "experiments/configs/grpo_tiny.py",
+        "--workdir",
+        str(workdir),
+        "--no_progress",
+        f"--config.train.num_steps={STEPS}",
+        "--config.eval.before=False",
+        "--config.eval.after=False",
+        *extra,
+    ]
+    if script is None:
+        cmd = [sys.executable, "-m", "jaxrl_llm.main", *flags]
+    else:
+        cmd = [sys.executable, "-c", script, *flags]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _wait_for_step(workdir, proc, step):
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        rows = read_metrics(str(workdir))
+        if rows and rows[-1]["step"] >= step:
+            return
+        if proc.poll() is not None:
+            pytest.fail("the run ended early:\n" + proc.stdout.read())
+        time.sleep(0.1)
+    pytest.fail("timed out waiting for the run")
+
+
+def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path, uninterrupted):
+    workdir = tmp_path / "run"
+    proc = _cli(workdir, "--config.train.checkpoint_every=100")
+    _wait_for_step(workdir, proc, 1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    assert "SIGTERM received" in out
+    saved = sorted(int(d) for d in os.listdir(workdir / "checkpoints") if d.isdigit())
+    stopped_at = len(_by_step(workdir))
+    assert saved == [stopped_at] and stopped_at < STEPS  # saved although not a multiple of 100
+    resumed = _cli(workdir, "--config.train.checkpoint_every=100")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0 and "resumed from" in out, out
+    _assert_same_steps(workdir, uninterrupted("experiments/configs/grpo_tiny.py"))
+
+
+_KILL_DURING_SAVE = textwrap.dedent(
+    """
+    import os, signal, sys
+    import orbax.checkpoint as ocp
+    from jaxrl_llm import checkpoint, main
+
+    def save(self, step, state, metadata):
+        self.manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), metadata=ocp.args.JsonSave(metadata)), force=True)
+        if step == 2:  # the write has started; die before it is finalised
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.manager.wait_until_finished()
+
+    checkpoint.Checkpointer.save = save
+    sys.argv = ["jaxrl_llm.main"] + sys.argv[1:]
+    main.cli()
+    """
+)
+
+
+def test_sigkill_during_a_checkpoint_save_resumes_from_the_last_good_one(tmp_path, uninterrupted):
+    workdir = tmp_path / "run"
+    victim = _cli(workdir, "--config.train.checkpoint_every=1", script=_KILL_DURING_SAVE)
+    victim.communicate(timeout=600)
+    assert victim.returncode == -signal.SIGKILL
+    resumed = _cli(workdir, "--config.train.checkpoint_every=1")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "resumed from" in out
+    _assert_same_steps(workdir, uninterrupted("experiments/configs/grpo_tiny.py"))
+
+
+def test_cli_user_errors_are_one_line_and_debug_keeps_the_traceback(tmp_path):
+    proc = _cli(tmp_path, "--config.model.name=/no/such/model.gguf")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert "Traceback" not in out
+    assert out.strip().splitlines()[-1].startswith("error: '/no/such/model.gguf' is neither")
+    proc = _cli(tmp_path, "--config.model.name=/no/such/model.gguf", "--debug")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and "Traceback" in out
