@@ -291,3 +291,31 @@ def test_cli_user_errors_are_one_line_and_debug_keeps_the_traceback(tmp_path):
     proc = _cli(tmp_path, "--config.model.name=/no/such/model.gguf", "--debug")
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0 and "Traceback" in out
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 14 MB tmpfs (two tiny-model checkpoints fit, a third does not); skips where mounting is
+    not permitted (it needs root, as on CI's machine)."""
+    mount_point = tmp_path / "small_disk"
+    mount_point.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=14m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here: {made.stderr.strip()}")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_real_full_disk_then_more_space_resumes(small_filesystem, uninterrupted):
+    path = "experiments/configs/grpo_tiny.py"
+    workdir = small_filesystem / "run"
+    with pytest.raises(CheckpointSaveError, match="Newest intact checkpoint: step 2"):
+        train(_config(path), str(workdir), progress=False)
+    assert _by_step(workdir).keys() == {1, 2}  # the checkpoint hook runs before the metrics hook
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_filesystem)], check=True)
+    train(_config(path), str(workdir), progress=False)
+    _assert_same_steps(workdir, uninterrupted(path))
