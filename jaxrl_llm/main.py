@@ -46,9 +46,6 @@ def main(argv):
     from jaxrl_llm.config import validate_config
     from jaxrl_llm.runners import train
 
-    global USER_ERRORS
-    USER_ERRORS = _user_errors()
-
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
     config = _CONFIG.value
     if _CACHE.value:
@@ -75,7 +72,7 @@ def main(argv):
             f.write(gin_text)
     try:
         train(config, _WORKDIR.value, progress=not _NO_PROGRESS.value)
-    except USER_ERRORS as e:
+    except _user_errors() as e:
         if _DEBUG.value:
             raise
         message = " ".join(str(e).split()) or type(e).__name__
@@ -89,9 +86,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     # A bad value, a missing file (model, data), an unknown name (task, model), a full disk,
     # a run that diverged: one line each. Anything else is a bug and keeps its traceback.
     return (ValueError, KeyError, OSError, NonFiniteLossError)
-
-
-USER_ERRORS: tuple[type[BaseException], ...] = ()
 
 
 def _parse_gin(gin_files, gin_bindings) -> str:
