@@ -35,7 +35,6 @@ class MetricsWriter:
     def __init__(self, workdir: str, *, tensorboard: bool = True):
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
-        self.torn_lines = 0
         self._metrics = self._open_for_append(os.path.join(workdir, "metrics.jsonl"))
         self._samples = self._open_for_append(os.path.join(workdir, "samples.jsonl"))
         self._tb = None
@@ -56,7 +55,6 @@ class MetricsWriter:
                     f.write(data[cut:] + b"\n")
                 with open(path, "r+b") as f:
                     f.truncate(cut)
-                self.torn_lines += 1
                 log.warning("%s ended with a torn line; moved it to %s.torn", path, path)
         return open(path, "a")
 

@@ -57,6 +57,12 @@ class Experience(NamedTuple):
     baseline_rewards: np.ndarray | None = None
 
 
+def roles_for(kl_beta: float, *extra: str) -> tuple[str, ...]:
+    """The roles of a policy-gradient algorithm: the ones always present, `extra` (e.g.
+    "critic"), and "reference" exactly when a KL to it is weighted (`kl_beta > 0`)."""
+    return ALWAYS_PRESENT + extra + (("reference",) if kl_beta > 0 else ())
+
+
 def _no_state() -> tuple:
     return ()
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxrl_llm import advantages as advantages_lib
 from jaxrl_llm.algorithms import registry
-from jaxrl_llm.algorithms.base import ALWAYS_PRESENT, Algorithm, Experience
+from jaxrl_llm.algorithms.base import Algorithm, Experience, roles_for
 from jaxrl_llm.algorithms.batch import PolicyBatch, build_batch, pack_batch, split_minibatches
 from jaxrl_llm.algorithms.policy_loss import (
     PolicyLossConfig,
@@ -115,7 +115,7 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
     def loss(model, batch):
         return policy_loss(model, batch, config=loss_config)
 
-    roles = ALWAYS_PRESENT + (("reference",) if loss_config.kl_beta > 0 else ())
+    roles = roles_for(loss_config.kl_beta)
     return Algorithm(name="grpo", make_batch=make_batch, loss=loss, roles=roles)
 
 

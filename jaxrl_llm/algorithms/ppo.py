@@ -26,7 +26,7 @@ import numpy as np
 from jaxrl_llm import advantages as advantages_lib
 from jaxrl_llm import losses
 from jaxrl_llm.algorithms import registry
-from jaxrl_llm.algorithms.base import ALWAYS_PRESENT, Algorithm, Experience
+from jaxrl_llm.algorithms.base import Algorithm, Experience, roles_for
 from jaxrl_llm.algorithms.batch import PolicyBatch, build_batch
 from jaxrl_llm.algorithms.policy_loss import (
     PolicyLossConfig,
@@ -200,7 +200,7 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
             norm_len=norm_len,
         )
 
-    roles = ALWAYS_PRESENT + ("critic",) + (("reference",) if loss_cfg.kl_beta > 0 else ())
+    roles = roles_for(loss_cfg.kl_beta, "critic")
     return Algorithm(
         name="ppo",
         make_batch=make_batch,

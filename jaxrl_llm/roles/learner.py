@@ -80,7 +80,7 @@ class Learner:
         mesh: Mesh,
         rules: Rules = TRAIN_RULES,
     ):
-        self.mesh, self.rules, self.optimizer = mesh, rules, optimizer
+        self.mesh, self.rules = mesh, rules
         self.graphdef, params = nnx.split(model, nnx.Param)
         self.param_shardings = param_shardings(params, mesh, rules)
         params = place_params(params, self.param_shardings)
@@ -100,10 +100,6 @@ class Learner:
     def params(self) -> nnx.State:
         """The current parameters (train layout)."""
         return self.state.params
-
-    def model(self) -> nnx.Module:
-        """A module view of the current parameters (shares their arrays)."""
-        return nnx.merge(self.graphdef, self.state.params)
 
     def update(self, batch) -> dict[str, jax.Array]:
         """One optimizer update on `batch` (placed on this role's mesh); returns its metrics."""

@@ -48,7 +48,6 @@ class RolloutWorker:
         min_prompt_bucket: int = 16,
         rules: Rules = DECODE_RULES,
     ):
-        self.mesh, self.rules = mesh, rules
         self.shardings = param_shardings(nnx.state(model, nnx.Param), mesh, rules)
         cache = CacheLayout(mesh, rules) if mesh.devices.size > 1 else None
         options = dict(max_new_tokens=max_new_tokens, min_prompt_bucket=min_prompt_bucket)
@@ -59,12 +58,10 @@ class RolloutWorker:
             model, tokenizer, temperature=0.0, cache_shardings=cache, **options
         )
         self.params: nnx.State | None = None
-        self.version = -1  # the actor step whose weights `params` hold
 
-    def sync(self, actor_params: nnx.State, version: int = 0) -> ReshardStats:
+    def sync(self, actor_params: nnx.State) -> ReshardStats:
         """Lays `actor_params` out in the decode layout on the rollout mesh (device to device)."""
         self.params, stats = reshard(actor_params, self.shardings, donate=False)
-        self.version = version
         return stats
 
     def release(self) -> None:

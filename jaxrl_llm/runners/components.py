@@ -78,6 +78,11 @@ def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
     return RewardRunner(functions, weights=weights, timeout_s=config.rewards.timeout_s)
 
 
+def total_updates(config: ml_collections.ConfigDict) -> int:
+    """Optimizer updates of a whole run: one per minibatch of every RL step."""
+    return config.train.num_steps * config.train.num_minibatches
+
+
 def build_optimizer(section: ml_collections.ConfigDict, total_updates: int):
     """AdamW from a config section with learning_rate, warmup_steps and max_grad_norm (and
     optionally schedule, weight_decay, b1, b2): `config.optimizer` or `config.critic`."""
@@ -104,8 +109,7 @@ def build_parts(config: ml_collections.ConfigDict) -> RunParts:
         config.task.name, seed=config.task.eval_seed, size=config.task.eval_size, **task_kwargs
     )
     batcher = PromptBatcher(train_source, batch_size=config.rollout.num_prompts, seed=config.seed)
-    updates = config.train.num_steps * config.train.num_minibatches
-    optimizer = build_optimizer(config.optimizer, updates)
+    optimizer = build_optimizer(config.optimizer, total_updates(config))
     return RunParts(
         model, tokenizer, train_source, eval_source, batcher, build_rewards(config), optimizer
     )
@@ -134,10 +138,9 @@ def build_roles(config: ml_collections.ConfigDict, algorithm: Algorithm, parts: 
     if algorithm.needs("reference"):
         reference = Reference(policy, placement.train_mesh, temperature=config.rollout.temperature)
     if algorithm.needs("critic"):
-        updates = config.train.num_steps * config.train.num_minibatches
         critic = Critic(
             init_value_model(config.critic.init, policy, seed=config.seed),
-            build_optimizer(config.critic, updates),
+            build_optimizer(config.critic, total_updates(config)),
             algorithm.critic_loss,
             placement.train_mesh,
         )

@@ -89,25 +89,20 @@ class CheckpointHook(Hook):
 
     def on_start(self, run: RunContext) -> None:
         restored = self.checkpointer.restore_latest(abstract_like(run.state_tree()))
-        for moved in self.checkpointer.quarantined:
+        for entry in self.checkpointer.quarantined:
             print(
-                f"[jaxrl_llm] checkpoint {moved.step} could not be restored ({moved.reason}); "
-                f"moved to {moved.path}"
-            )
-        if self.checkpointer.quarantined:
-            run.meta["quarantined_checkpoints"] = run.meta.get("quarantined_checkpoints", 0) + len(
-                self.checkpointer.quarantined
-            )
-            step = restored[1]["step"] if restored is not None else 0
-            run.writer.write_scalars(
-                step, {"fault/quarantined_checkpoints": len(self.checkpointer.quarantined)}
+                f"[jaxrl_llm] checkpoint {entry.step} could not be restored ({entry.reason}); "
+                f"moved to {entry.path}"
             )
         if restored is not None:
             tree, meta = restored
             run.load_state_tree(tree)
-            meta["quarantined_checkpoints"] = run.meta.get("quarantined_checkpoints", 0)
             run.meta.update(meta)
             print(f"[jaxrl_llm] resumed from {self.checkpointer.directory} at step {meta['step']}")
+        moved = len(self.checkpointer.quarantined)
+        if moved:  # counted across restarts in the checkpointed metadata
+            run.meta["quarantined_checkpoints"] = run.meta.get("quarantined_checkpoints", 0) + moved
+            run.writer.write_scalars(run.meta["step"], {"fault/quarantined_checkpoints": moved})
 
     def on_step(self, run: RunContext, record: StepRecord) -> None:
         if record.skip_save:

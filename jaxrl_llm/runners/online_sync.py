@@ -91,7 +91,8 @@ class OnlineRun:
         return tree
 
     def load_state_tree(self, tree: dict[str, Any]) -> None:
-        """Puts a restored `state_tree()` back into the roles (and the data position)."""
+        """Puts a restored `state_tree()` back into the roles (`train` restores the data position
+        from `meta`)."""
         self.roles.actor.state = tree["actor"]
         self.algo_state = tree["algorithm"]
         if self.roles.critic is not None:
@@ -101,7 +102,7 @@ class OnlineRun:
         """Greedy held-out accuracy of the current actor, decoded by the rollout role."""
         t0 = time.time()
         rollout = self.roles.rollout
-        rollout.sync(self.roles.actor.params, version=self.meta["step"])
+        rollout.sync(self.roles.actor.params)
         c = self.config
         result = greedy_accuracy(
             self.parts.model,
@@ -132,7 +133,7 @@ class OnlineRun:
             system_prompt=c.task.system_prompt,
             instruction_suffix=c.task.instruction_suffix,
         )
-        sync = roles.rollout.sync(roles.actor.params, version=step)
+        sync = roles.rollout.sync(roles.actor.params)
         rollout = roles.rollout.sample(
             [i for i in ids for _ in range(group)], seed=rollout_seed(c.seed, step)
         )

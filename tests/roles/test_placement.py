@@ -103,7 +103,7 @@ def test_split_weight_sync_moves_device_to_device_only():
     rollout_devices = set(placement.rollout_mesh.devices.flat)
     assert not train_devices & rollout_devices and len(rollout_devices) == 4
     with no_host_transfers():  # any host-to-device (or, off CPU, device-to-host) copy raises
-        stats = rollout.sync(actor.params, version=1)
+        stats = rollout.sync(actor.params)
     leaves = jax.tree.leaves(rollout.params)
     assert stats.num_moved == len(leaves) and stats.bytes == sum(x.nbytes for x in leaves)
     for x in leaves:
