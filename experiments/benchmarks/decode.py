@@ -17,9 +17,11 @@ XLA's):
   llama.cpp     llama-cpp-python, if importable, through its C API: the GGUF dequantised to
                 float32 (same weights, same precision), B sequences in one `llama_batch` per
                 step over one KV cache, llama.cpp's own sampler (`LlamaCppBatched`).
-  limit         the CPU roofline: a step costs at least max(weight bytes / memory bandwidth,
-                FLOPs / matmul rate), with bandwidth from a numpy copy ((read + write) bytes / s)
-                and the rate from a numpy float32 2048^3 matmul, both measured here.
+  limit         the CPU roofline: a step costs at least max(weight bytes / read bandwidth,
+                FLOPs / matmul rate), with the bandwidth of a read-only reduction over 1 GiB on
+                every core (`machine.read_bandwidth`; a single-threaded copy read low, and
+                llama.cpp beat the limit it gave) and the rate of a numpy float32 2048^3
+                matmul, both measured here.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ import numpy as np
 from jaxrl_llm.models import from_pretrained, resolve_model_path
 from jaxrl_llm.rollout import GenerationConfig, Generator
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import matmul_rate, read_bandwidth  # noqa: E402
+
 _TOPICS = [
     "a fox who learns to paint", "the history of bread", "why the sky is blue",
     "a robot lost in a library", "how volcanoes form", "a letter to a future self",
@@ -60,45 +65,26 @@ def make_prompts(tokenizer, batch: int, length: int) -> list[list[int]]:
 
 
 # --- machine limits ----------------------------------------------------------------------------
-def measure_copy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
-    """Bytes per second moved by a numpy copy, counting read + write traffic (best of repeats)."""
-    src = np.ones(nbytes // 4, np.float32)
-    dst = np.empty_like(src)
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - t)
-    return 2 * nbytes / best
-
-
-def measure_matmul_rate(n: int = 2048, repeats: int = 3) -> float:
-    """FLOP/s of a numpy float32 n^3 matmul (best of repeats)."""
-    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
-    a @ a
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ a
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best
-
-
 def roofline_tokens_per_second(config, batch, prompt_len, new_tokens, bandwidth, flop_rate):
-    """Upper bound on new tokens / s: prefill FLOPs + per-step max(weight bytes, FLOPs)."""
+    """Upper bound on new tokens / s: prefill FLOPs + per-step max(bytes read, FLOPs).
+
+    A step reads every weight once and the float32 keys and values of every cached position.
+    """
     n_params = config.num_params()
     weight_bytes = 4 * n_params
     embed = config.vocab_size * config.hidden_size
     body = n_params - embed * (1 if config.tie_word_embeddings else 2)
     head_flops = 2 * embed
     attn_per_pos = 4 * config.num_layers * config.num_heads * config.head_dim  # QK^T and AV
+    cache_bytes_per_pos = 2 * 4 * config.num_layers * config.num_kv_heads * config.head_dim
     prefill_flops = (
         batch * prompt_len * (2 * body + attn_per_pos * prompt_len / 2) + batch * head_flops
     )
     step_time = 0.0
     for j in range(1, new_tokens):
         flops = batch * (2 * body + head_flops + attn_per_pos * (prompt_len + j))
-        step_time += max(weight_bytes / bandwidth, flops / flop_rate)
+        read = weight_bytes + batch * cache_bytes_per_pos * (prompt_len + j)
+        step_time += max(read / bandwidth, flops / flop_rate)
     total = prefill_flops / flop_rate + step_time
     return batch * new_tokens / total
 
@@ -346,7 +332,7 @@ def main(argv=None):
     batches = [1, 8] if args.quick else [int(b) for b in args.batches.split(",")]
     new_tokens = 16 if args.quick else args.new_tokens
 
-    bandwidth, flop_rate = measure_copy_bandwidth(), measure_matmul_rate()
+    bandwidth, flop_rate = read_bandwidth(), matmul_rate()
     model, tokenizer = from_pretrained(args.model)
     prompts_by_batch = {b: make_prompts(tokenizer, b, args.prompt_tokens) for b in batches}
     peers = {}
@@ -361,7 +347,7 @@ def main(argv=None):
         f"{os.cpu_count()} cores, load average {load:.1f} | jax {jax.__version__} | {args.model} "
         f"float32, {config.num_params() / 1e6:.1f}M params, {4 * config.num_params() / 1e6:.0f} MB\n"
         f"# prompt {args.prompt_tokens} tokens, {new_tokens} new tokens, temperature 1 | "
-        f"copy bandwidth {bandwidth / 1e9:.1f} GB/s, numpy matmul {flop_rate / 1e9:.0f} GFLOP/s\n"
+        f"read bandwidth {bandwidth / 1e9:.1f} GB/s, numpy matmul {flop_rate / 1e9:.0f} GFLOP/s\n"
         f"# transformers: {'measured' if peers['transformers'] else 'not importable / skipped'}, "
         f"llama-cpp-python: {'measured' if peers['llama_cpp'] else 'not importable / skipped'}",
         flush=True,

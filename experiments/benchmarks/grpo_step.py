@@ -14,14 +14,21 @@ are left out of the median and counted in the "compiles" column.
     python experiments/benchmarks/grpo_step.py              # all three, 3 timed steps each
     python experiments/benchmarks/grpo_step.py --skip-trl   # ours only (no peers extra)
 
+Each system runs in a process of its own (so the "peak RSS" column is that system's own
+peak: our whole run with its rollout, reward and train step; TRL's trainer).
+
 TRL needs the `peers` extra (torch CPU, transformers, trl).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -163,6 +170,35 @@ def run_trl(args, export_dir: str) -> dict:
     }
 
 
+SYSTEMS = {"packed": "jaxrl_llm packed", "unpacked": "jaxrl_llm", "trl": "TRL GRPOTrainer"}
+
+
+def run_system(args, system: str, workdir: str) -> dict:
+    """One system's medians and this process's peak RSS (called in a subprocess of its own)."""
+    if system == "trl":
+        result = run_trl(args, args.export_dir)
+    else:
+        result = run_ours(args, workdir, pack=system == "packed")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result["peak_rss_gb"] = (peak if sys.platform == "darwin" else peak * 1024) / 1e9
+    return result
+
+
+def system_in_subprocess(args, system: str, export_dir: str | None) -> dict | None:
+    """Runs `run_system` in a fresh process, so each system's peak memory is its own."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--system", system]
+    cmd += ["--steps", str(args.steps), "--pack-width", str(args.pack_width)]
+    cmd += ["--pack-row-multiple", str(args.pack_row_multiple)]
+    if export_dir:
+        cmd += ["--export-dir", export_dir]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("SYSTEM_RESULT ")]
+    if out.returncode != 0 or not lines:
+        print(f"# {system} failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
+        return None
+    return json.loads(lines[-1][len("SYSTEM_RESULT ") :])
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -174,30 +210,47 @@ def main():
     parser.add_argument("--pack-width", type=int, default=384, help="packed row width")
     parser.add_argument("--pack-row-multiple", type=int, default=2)
     parser.add_argument("--skip-unpacked", action="store_true")
+    parser.add_argument("--skip-packed", action="store_true")
+    parser.add_argument("--system", choices=sorted(SYSTEMS), help=argparse.SUPPRESS)
+    parser.add_argument("--export-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.system:  # subprocess mode
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run_system(args, args.system, tmp)
+        print("SYSTEM_RESULT " + json.dumps(result), flush=True)
+        return
+    systems = [
+        name
+        for name, skip in (
+            ("packed", args.skip_packed),
+            ("unpacked", args.skip_unpacked),
+            ("trl", args.skip_trl),
+        )
+        if not skip
+    ]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        results["jaxrl_llm packed"] = run_ours(args, os.path.join(tmp, "packed"), pack=True)
-        if not args.skip_unpacked:
-            results["jaxrl_llm"] = run_ours(args, os.path.join(tmp, "ours"), pack=False)
-        if not args.skip_trl:
-            import jax.numpy as jnp
+        export_dir = None
+        if "trl" in systems:
+            export_dir = os.path.join(tmp, "export")
+            subprocess.run(
+                [sys.executable, "-c", _EXPORT.format(export_dir=export_dir)], check=True
+            )
+        for system in systems:
+            result = system_in_subprocess(args, system, export_dir)
+            if result is not None:
+                results[SYSTEMS[system]] = result
 
-            from jaxrl_llm.models import from_pretrained, save_hf
-
-            model, tokenizer = from_pretrained("smollm2-135m-instruct", dtype=jnp.float32)
-            save_hf(model, tokenizer, os.path.join(tmp, "export"))
-            del model
-            results["TRL GRPOTrainer"] = run_trl(args, os.path.join(tmp, "export"))
-
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"\nGRPO step, SmolLM2-135M-Instruct float32, {PROMPTS} prompts x {GROUP} completions, "
         f"<= {MAX_NEW} new tokens, beta 0, median of {args.steps} steps after 1 warm-up; "
-        f"packed rows of {args.pack_width} columns, count rounded to {args.pack_row_multiple}"
+        f"packed rows of {args.pack_width} columns, count rounded to {args.pack_row_multiple}; "
+        f"each system in its own process; load average at the end {load:.1f}"
     )
     header = (
         "| system | s/step | rollout s | reward s | train s | mean completion tokens "
-        "| train rows | compiles left out | TRL s/step / this |"
+        "| train rows | compiles left out | peak RSS GB | TRL s/step / this |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
@@ -207,16 +260,26 @@ def main():
         print(
             f"| {name} | {r['step_s']:.1f} | {r['rollout_s']:.1f} | {r['reward_s']:.2f} "
             f"| {r['train_s']:.1f} | {r['completion_tokens']:.1f} | {r['train_rows']:.1f} "
-            f"| {r['compiles']} | {ratio} |"
+            f"| {r['compiles']} | {r['peak_rss_gb']:.1f} | {ratio} |"
         )
     if trl is not None:
         for name in [n for n in results if n.startswith("jaxrl_llm")]:
             ours = results[name]
             print(
-                f"{name}: {trl['step_s'] / ours['step_s']:.2f}x TRL per step (target >= 3x); "
+                f"{name}: {trl['step_s'] / ours['step_s']:.2f}x TRL per step; "
                 f"rollout {trl['rollout_s'] / ours['rollout_s']:.2f}x, "
-                f"training {trl['train_s'] / ours['train_s']:.2f}x"
+                f"training {trl['train_s'] / ours['train_s']:.2f}x, "
+                f"peak memory {ours['peak_rss_gb']:.1f} GB against {trl['peak_rss_gb']:.1f} GB"
             )
+
+
+# The weights TRL trains: our GGUF load exported as float32 safetensors (in its own process).
+_EXPORT = """
+import jax.numpy as jnp
+from jaxrl_llm.models import from_pretrained, save_hf
+model, tokenizer = from_pretrained("smollm2-135m-instruct", dtype=jnp.float32)
+save_hf(model, tokenizer, {export_dir!r})
+"""
 
 
 if __name__ == "__main__":

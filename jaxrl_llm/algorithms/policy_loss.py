@@ -86,7 +86,8 @@ class PolicyLossConfig:
       norm_len: the constant of "seq-mean-token-sum-norm" (Dr. GRPO), e.g. max_new_tokens.
       temperature: the rollout temperature; the trainer's log-probs use the same.
       logprob_implementation: `kernels.logprobs` backend, None for the device default.
-      remat: gradient checkpointing per layer (memory for a third more compute).
+      remat: gradient checkpointing per layer, a `jaxrl_llm.models.REMAT_POLICIES` name
+        ("full", "dots", "none") or a bool.
     """
 
     clip_low: float = 0.2
@@ -98,7 +99,7 @@ class PolicyLossConfig:
     norm_len: int | None = None
     temperature: float = 1.0
     logprob_implementation: str | None = None
-    remat: bool = True
+    remat: bool | str = "full"
 
     @classmethod
     def from_config(cls, config, *, kl_beta: float | None = None) -> PolicyLossConfig:

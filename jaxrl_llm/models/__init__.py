@@ -12,7 +12,13 @@ from jaxrl_llm.models.registry import (
     resolve_model_path,
 )
 from jaxrl_llm.models.tokenizer import Tokenizer
-from jaxrl_llm.models.transformer import KV_CACHE_LOGICAL_AXES, KVCache, Transformer, init_model
+from jaxrl_llm.models.transformer import (
+    KV_CACHE_LOGICAL_AXES,
+    REMAT_POLICIES,
+    KVCache,
+    Transformer,
+    init_model,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -21,6 +27,7 @@ __all__ = [
     "KVCache",
     "LayerKV",
     "ModelConfig",
+    "REMAT_POLICIES",
     "RopeScaling",
     "ScalarHeadModel",
     "Tokenizer",

@@ -129,33 +129,28 @@ class Attention(nnx.Module):
         layer_kv: LayerKV | None = None,
         segment_ids_bt: Array | None = None,
     ) -> tuple[Array, LayerKV | None]:
-        q = jnp.einsum("btd,dnh->btnh", x_btd, self.q_proj[...])
-        k = jnp.einsum("btd,dkh->btkh", x_btd, self.k_proj[...])
-        v = jnp.einsum("btd,dkh->btkh", x_btd, self.v_proj[...])
+        b, t, _ = x_btd.shape
+        n, k, h = self.num_heads, self.num_kv_heads, self.head_dim
+        q = dense(x_btd, self.q_proj[...]).reshape(b, t, n, h)
+        kk = dense(x_btd, self.k_proj[...]).reshape(b, t, k, h)
+        v = dense(x_btd, self.v_proj[...]).reshape(b, t, k, h)
         if self.q_bias is not None:
-            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
+            q, kk, v = q + self.q_bias[...], kk + self.k_bias[...], v + self.v_bias[...]
         q = apply_rope(q, positions_bt, inv_freq_h2)
-        k = apply_rope(k, positions_bt, inv_freq_h2)
+        kk = apply_rope(kk, positions_bt, inv_freq_h2)
 
         if layer_kv is None:
-            keys_bksh, values_bksh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+            keys_bksh, values_bksh = kk.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
             key_positions_bs = positions_bt
         else:
-            # Write this step's keys and values at their absolute positions (slot = position);
-            # positions past the cache end are dropped rather than wrapped. Indexing [b, :, s]
-            # puts the indexed dims first, so the update is [B, T, K, H] like k and v.
-            batch_index_bt = jnp.broadcast_to(
-                jnp.arange(x_btd.shape[0])[:, None], positions_bt.shape
-            )
-            keys_bksh = layer_kv.keys.at[batch_index_bt, :, positions_bt].set(
-                k.astype(layer_kv.keys.dtype), mode="drop"
-            )
-            values_bksh = layer_kv.values.at[batch_index_bt, :, positions_bt].set(
-                v.astype(layer_kv.values.dtype), mode="drop"
-            )
-            layer_kv = LayerKV(keys_bksh, values_bksh)
+            layer_kv = write_cache(layer_kv, kk, v, positions_bt)
+            keys_bksh, values_bksh = layer_kv
+            if t == 1:
+                # One query per row (a decode step): no length-1 query axis in the dots.
+                out_bnh = decode_attention(q[:, 0], keys_bksh, values_bksh, positions_bt[:, 0])
+                return dense(out_bnh.reshape(b, 1, n * h), self.o_proj[...]), layer_kv
             slots = jnp.arange(keys_bksh.shape[2], dtype=positions_bt.dtype)
-            key_positions_bs = jnp.broadcast_to(slots, (x_btd.shape[0], slots.shape[0]))
+            key_positions_bs = jnp.broadcast_to(slots, (b, slots.shape[0]))
 
         # Causal by absolute position. With a cache, slots past a sequence's current position hold
         # stale or padding entries; they are masked here and overwritten before they become causal.
@@ -164,8 +159,63 @@ class Attention(nnx.Module):
             # Packed rows: a token sees only earlier tokens of its own sequence (segment).
             mask_bts &= segment_ids_bt[:, None, :] == segment_ids_bt[:, :, None]
         out_btnh = grouped_query_attention(q, keys_bksh, values_bksh, mask_bts)
-        out_btd = jnp.einsum("btnh,nhd->btd", out_btnh, self.o_proj[...])
-        return out_btd, layer_kv
+        return dense(out_btnh.reshape(b, t, n * h), self.o_proj[...]), layer_kv
+
+
+def dense(x_btd: Array, w: Array) -> Array:
+    """`x` [B, T, D_in] times a weight whose leading dims flatten to D_in: [B, T, D_out].
+
+    One 2-D matmul [B*T, D_in] x [D_in, D_out] on row-major reshapes (bitcasts, no copies) of
+    both operands. XLA:CPU runs it as a single GEMM; the equivalent multi-axis einsums
+    (`btd,dnh->btnh`, `btnh,nhd->btd`) were lowered with transposes, of the weight among them,
+    inside the decode loop (see experiments/benchmarks/forward.py).
+    """
+    b, t, d_in = x_btd.shape
+    w_2d = w.reshape(d_in, -1)
+    return jnp.dot(x_btd.reshape(b * t, d_in), w_2d).reshape(b, t, w_2d.shape[1])
+
+
+def write_cache(layer_kv: LayerKV, k_btkh: Array, v_btkh: Array, positions_bt: Array) -> LayerKV:
+    """Writes keys and values [B, T, K, H] at their absolute positions (slot = position).
+
+    Positions past the cache end are dropped rather than wrapped. Indexing [b, :, s] puts the
+    indexed dims first, so the update is [B, T, K, H] like the new keys and values.
+    """
+    batch_index_bt = jnp.broadcast_to(jnp.arange(k_btkh.shape[0])[:, None], positions_bt.shape)
+    keys = layer_kv.keys.at[batch_index_bt, :, positions_bt].set(
+        k_btkh.astype(layer_kv.keys.dtype), mode="drop"
+    )
+    values = layer_kv.values.at[batch_index_bt, :, positions_bt].set(
+        v_btkh.astype(layer_kv.values.dtype), mode="drop"
+    )
+    return LayerKV(keys, values)
+
+
+def decode_attention(q_bnh: Array, k_bksh: Array, v_bksh: Array, position_b: Array) -> Array:
+    """Attention of one query per row over its cache: slots 0..position_b are visible.
+
+    The same values as `grouped_query_attention` with T = 1, without the length-1 query axis
+    (as a 5-D einsum it ran 3.5x slower at batch 32 on XLA:CPU).
+
+    Args:
+      q_bnh: queries [B, N, H].
+      k_bksh, v_bksh: the cache [B, K, S, H], this step's keys and values already written.
+      position_b: int32 [B], each query's position (= its slot).
+
+    Returns:
+      [B, N, H] in the dtype of `q`.
+    """
+    b, n, h = q_bnh.shape
+    kv_heads, slots = k_bksh.shape[1], k_bksh.shape[2]
+    q_bkgh = q_bnh.reshape(b, kv_heads, n // kv_heads, h)
+    scores = jnp.einsum(
+        "bkgh,bksh->bkgs", q_bkgh, k_bksh.astype(q_bnh.dtype), preferred_element_type=jnp.float32
+    ) / math.sqrt(h)
+    visible_bs = jnp.arange(slots, dtype=position_b.dtype)[None, :] <= position_b[:, None]
+    scores = jnp.where(visible_bs[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1).astype(q_bnh.dtype)
+    out = jnp.einsum("bkgs,bksh->bkgh", weights, v_bksh.astype(q_bnh.dtype))
+    return out.reshape(b, n, h)
 
 
 def grouped_query_attention(q_btnh: Array, k_bksh: Array, v_bksh: Array, mask_bts: Array) -> Array:
@@ -207,9 +257,9 @@ class SwiGLU(nnx.Module):
         self.down_proj = param(rngs, (f, d), dt, ("mlp", "embed"))
 
     def __call__(self, x_btd: Array) -> Array:
-        gate = jnp.einsum("btd,df->btf", x_btd, self.gate_proj[...])
-        up = jnp.einsum("btd,df->btf", x_btd, self.up_proj[...])
-        return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, self.down_proj[...])
+        gate = dense(x_btd, self.gate_proj[...])
+        up = dense(x_btd, self.up_proj[...])
+        return dense(jax.nn.silu(gate) * up, self.down_proj[...])
 
 
 class DecoderLayer(nnx.Module):

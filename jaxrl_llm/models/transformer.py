@@ -86,8 +86,9 @@ class Transformer(nnx.Module):
         *,
         positions_bt: Array | None = None,
         kv_cache: KVCache | None = None,
-        remat: bool = False,
+        remat: bool | str = False,
         segment_ids_bt: Array | None = None,
+        scan_layers: bool = True,
     ) -> tuple[Array, KVCache | None]:
         """Final-normed hidden states, optionally reading and writing a KV cache.
 
@@ -96,12 +97,18 @@ class Transformer(nnx.Module):
           positions_bt: int32 [B, T] absolute positions; defaults to 0..T-1 in every row. With a
             cache, token (b, t) is written to slot positions_bt[b, t] and attends to slots <= it.
           kv_cache: a `KVCache` from `init_cache`, or None for a cache-free causal forward.
-          remat: recompute each layer's activations in the backward pass instead of storing
-            them (gradient checkpointing): the stored activations drop to one [B, T, D] per layer
-            for about a third more compute. Only without a cache.
+          remat: what the backward pass keeps of each layer (gradient checkpointing), one of
+            `REMAT_POLICIES`: "none" (False) keeps every activation; "full" (True) keeps one
+            [B, T, D] per layer and recomputes the rest, about a third more compute; "dots"
+            keeps the outputs of the weight matmuls and recomputes attention, norms and
+            activations. Only without a cache.
           segment_ids_bt: int32 [B, T] for packed rows (several sequences per row, each with
             its own positions from 0): a token attends only to tokens of the same segment id.
             Only without a cache. See `jaxrl_llm.training.packing`.
+          scan_layers: run a cache-free forward as one `lax.scan` over the layers (their
+            parameters stacked on the fly) instead of L unrolled copies: the program compiles
+            once per layer instead of L times, and under `remat` the recomputation stays inside
+            the backward loop. Forwards with a cache (decode) always unroll.
 
         Returns:
           (hidden [B, T, D] in the model dtype, the updated cache or None).
@@ -128,14 +135,17 @@ class Transformer(nnx.Module):
             )
         config = self.config
         inv_freq = rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+        policy = remat_policy(remat)
         x_btd = jnp.take(self.embed[...], tokens_bt, axis=0)
+        if kv_cache is None and scan_layers and len(self.layers) > 1:
+            x_btd = _scan_layers(self.layers, x_btd, positions_bt, inv_freq, segment_ids_bt, policy)
+            return self.final_norm(x_btd), None
         new_layers = []
         for i, layer in enumerate(self.layers):
-            if remat and kv_cache is None:
-                x_btd = _rematerialized_layer(layer, x_btd, positions_bt, inv_freq, segment_ids_bt)
+            if kv_cache is None:
+                x_btd = _layer_forward(policy)(layer, x_btd, positions_bt, inv_freq, segment_ids_bt)
                 continue
-            layer_kv = None if kv_cache is None else kv_cache.layers[i]
-            x_btd, layer_kv = layer(x_btd, positions_bt, inv_freq, layer_kv, segment_ids_bt)
+            x_btd, layer_kv = layer(x_btd, positions_bt, inv_freq, kv_cache.layers[i])
             new_layers.append(layer_kv)
         hidden_btd = self.final_norm(x_btd)
         return hidden_btd, (None if kv_cache is None else KVCache(tuple(new_layers)))
@@ -163,10 +173,61 @@ class Transformer(nnx.Module):
         )
 
 
-@nnx.remat
-def _rematerialized_layer(layer: DecoderLayer, x_btd, positions_bt, inv_freq_h2, segment_ids_bt):
-    """One cache-free layer under gradient checkpointing (see `hidden_states(remat=True)`)."""
+# Checkpoint policies of `hidden_states(remat=...)`: what a layer's backward pass keeps.
+REMAT_POLICIES = ("none", "full", "dots")
+
+
+def remat_policy(remat: bool | str) -> str:
+    """The policy name of a `remat` argument (True -> "full", False -> "none")."""
+    if remat is True:
+        return "full"
+    if remat is False or remat is None:
+        return "none"
+    if remat not in REMAT_POLICIES:
+        raise ValueError(f"remat={remat!r} must be a bool or one of {REMAT_POLICIES}.")
+    return remat
+
+
+def _checkpoint_policy(policy: str):
+    """The `jax.checkpoint` saveable-policy of a named remat policy (None: save nothing)."""
+    if policy == "dots":
+        # The weight matmuls are the 2-D dots (no batch dimensions); attention's dots batch
+        # over (row, kv head) and are recomputed with the cheap elementwise work.
+        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    return None
+
+
+def _cache_free_layer(layer: DecoderLayer, x_btd, positions_bt, inv_freq_h2, segment_ids_bt):
     return layer(x_btd, positions_bt, inv_freq_h2, None, segment_ids_bt)[0]
+
+
+def _layer_forward(policy: str):
+    """One cache-free layer `(layer, x, positions, inv_freq, segment_ids) -> x` under `policy`."""
+    if policy == "none":
+        return _cache_free_layer
+    return nnx.remat(_cache_free_layer, policy=_checkpoint_policy(policy))
+
+
+def _scan_layers(layers, x_btd, positions_bt, inv_freq_h2, segment_ids_bt, policy: str):
+    """x [B, T, D] through every layer as one `lax.scan` over their stacked parameters.
+
+    The layers share one structure; their states are stacked along a new leading axis inside
+    the traced program (an [L, ...] copy of the layer weights, small next to a train step's
+    activations), and the gradient flows back through the stack to each layer's parameters.
+    """
+    graphdef, first = nnx.split(layers[0])
+    stacked = jax.tree.map(
+        lambda *xs: jnp.stack(xs), first, *(nnx.split(layer)[1] for layer in layers[1:])
+    )
+
+    def body(x, layer_state):
+        layer = nnx.merge(graphdef, layer_state)
+        return layer(x, positions_bt, inv_freq_h2, None, segment_ids_bt)[0], None
+
+    if policy != "none":
+        body = jax.checkpoint(body, policy=_checkpoint_policy(policy))
+    x_btd, _ = jax.lax.scan(body, x_btd, stacked)
+    return x_btd
 
 
 def init_model(config: ModelConfig, seed: int = 0) -> Transformer:

@@ -79,6 +79,26 @@ def test_train_step_learns_skips_nonfinite_and_does_not_retrace():
     assert len(traces) == 1
 
 
+def test_finite_loss_with_nonfinite_gradient_is_skipped():
+    """0 * sqrt(|w|) at w = 0: the loss is 0, one gradient element is 0 * inf = NaN."""
+    model = init_model(tiny_config(), seed=0)
+    optimizer = make_optimizer(learning_rate=1e-2)
+    graphdef, state = create_train_state(model, optimizer)
+
+    def loss_fn(m, b):
+        logp, _ = sequence_logprobs(m, b["tokens"])
+        scale = m.final_norm.scale[...]
+        kink = b["zero"] * jnp.sqrt(jnp.abs(scale[0] - scale[0]))
+        return -jnp.mean(logp[:, 1:]) + kink, {}
+
+    step = make_train_step(graphdef, optimizer, loss_fn, donate=False)
+    batch = {"tokens": jnp.ones((2, 5), jnp.int32), "zero": jnp.float32(0.0)}
+    new_state, metrics = step(state, batch)
+    assert np.isfinite(float(metrics["loss"])) and not np.isfinite(float(metrics["grad_norm"]))
+    assert float(metrics["nonfinite"]) == 1.0 and int(new_state.step) == 0
+    jax.tree.map(np.testing.assert_array_equal, state.params, new_state.params)
+
+
 def test_optimizer_state_matches_params_structure():
     model = init_model(tiny_config(), seed=0)
     optimizer = make_optimizer(learning_rate=1e-3)

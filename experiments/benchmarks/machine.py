@@ -1,0 +1,56 @@
+"""This machine's ceilings, measured in the same run as a benchmark (shared machines are noisy).
+
+read_bandwidth()   bytes/s of a read-only reduction over 1 GiB, on every core (XLA:CPU
+                   splits the reduction over its thread pool): what streaming weights or a
+                   KV cache can reach. A numpy copy (read + write, one thread) reads low:
+                   llama.cpp beat the decode "limit" derived from it.
+matmul_rate()      FLOP/s of a float32 2048^3 matmul (numpy/OpenBLAS, every core).
+peak_rss_bytes()   this process's peak resident set size so far.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+
+
+def _best_seconds(fn, repeats: int) -> float:
+    fn()
+    best = np.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def read_bandwidth(nbytes: int = 1 << 30, repeats: int = 5) -> float:
+    """Bytes per second read by a jitted sum over a float32 buffer of `nbytes` (best of repeats).
+
+    The buffer is far larger than the caches, so every byte comes from memory; the sum is
+    split into one slice per core so that XLA:CPU reduces them in parallel.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    cores = os.cpu_count() or 1
+    x = jnp.ones((cores, nbytes // 4 // cores), jnp.float32)
+    total = jax.jit(lambda x: x.sum(axis=1))
+    seconds = _best_seconds(lambda: jax.block_until_ready(total(x)), repeats)
+    return x.size * 4 / seconds
+
+
+def matmul_rate(n: int = 2048, repeats: int = 3) -> float:
+    """FLOP/s of a numpy float32 n^3 matmul (best of repeats)."""
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    return 2 * n**3 / _best_seconds(lambda: a @ a, repeats)
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
