@@ -53,20 +53,9 @@ from jaxrl_llm.rollout.engine import decode_step, next_token_logits
 from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import matmul_rate, peak_rss_bytes, read_bandwidth  # noqa: E402
+from machine import best_seconds, matmul_rate, peak_rss_bytes, read_bandwidth  # noqa: E402
 
 LOOP_STEPS = 16
-
-
-def best_seconds(fn, *args, repeats: int) -> float:
-    """Best wall time of `fn(*args)` over `repeats` runs after one warm-up (compile) call."""
-    jax.block_until_ready(fn(*args))
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def filled_cache(model, batch: int, slots: int):

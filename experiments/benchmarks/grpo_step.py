@@ -25,12 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import peak_rss_bytes  # noqa: E402
 
 PROMPTS, GROUP, MAX_NEW = 8, 4, 128
 
@@ -179,8 +181,7 @@ def run_system(args, system: str, workdir: str) -> dict:
         result = run_trl(args, args.export_dir)
     else:
         result = run_ours(args, workdir, pack=system == "packed")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    result["peak_rss_gb"] = (peak if sys.platform == "darwin" else peak * 1024) / 1e9
+    result["peak_rss_gb"] = peak_rss_bytes() / 1e9
     return result
 
 

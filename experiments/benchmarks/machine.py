@@ -18,12 +18,18 @@ import time
 import numpy as np
 
 
-def _best_seconds(fn, repeats: int) -> float:
-    fn()
+def best_seconds(fn, *args, repeats: int) -> float:
+    """Best wall time of `fn(*args)` over `repeats` runs after one warm-up (compile) call.
+
+    Each result is waited for with `jax.block_until_ready` (numpy results pass through).
+    """
+    import jax
+
+    jax.block_until_ready(fn(*args))
     best = np.inf
     for _ in range(repeats):
         t = time.perf_counter()
-        fn()
+        jax.block_until_ready(fn(*args))
         best = min(best, time.perf_counter() - t)
     return best
 
@@ -40,14 +46,14 @@ def read_bandwidth(nbytes: int = 1 << 30, repeats: int = 5) -> float:
     cores = os.cpu_count() or 1
     x = jnp.ones((cores, nbytes // 4 // cores), jnp.float32)
     total = jax.jit(lambda x: x.sum(axis=1))
-    seconds = _best_seconds(lambda: jax.block_until_ready(total(x)), repeats)
+    seconds = best_seconds(total, x, repeats=repeats)
     return x.size * 4 / seconds
 
 
 def matmul_rate(n: int = 2048, repeats: int = 3) -> float:
     """FLOP/s of a numpy float32 n^3 matmul (best of repeats)."""
     a = np.random.default_rng(0).random((n, n), dtype=np.float32)
-    return 2 * n**3 / _best_seconds(lambda: a @ a, repeats)
+    return 2 * n**3 / best_seconds(np.matmul, a, a, repeats=repeats)
 
 
 def peak_rss_bytes() -> int:

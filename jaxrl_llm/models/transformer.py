@@ -140,10 +140,10 @@ class Transformer(nnx.Module):
         if kv_cache is None and scan_layers and len(self.layers) > 1:
             x_btd = _scan_layers(self.layers, x_btd, positions_bt, inv_freq, segment_ids_bt, policy)
             return self.final_norm(x_btd), None
-        new_layers = []
+        new_layers, layer_forward = [], _layer_forward(policy)
         for i, layer in enumerate(self.layers):
             if kv_cache is None:
-                x_btd = _layer_forward(policy)(layer, x_btd, positions_bt, inv_freq, segment_ids_bt)
+                x_btd = layer_forward(layer, x_btd, positions_bt, inv_freq, segment_ids_bt)
                 continue
             x_btd, layer_kv = layer(x_btd, positions_bt, inv_freq, kv_cache.layers[i])
             new_layers.append(layer_kv)

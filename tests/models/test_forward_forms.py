@@ -127,10 +127,11 @@ def _reachable_computations(hlo: str, roots: set[str]) -> dict[str, str]:
         if name in seen or name not in bodies:
             continue
         seen[name] = bodies[name]
-        todo += re.findall(
-            r"(?:calls|to_apply|body|condition|branch_computations)=\{?%([\w.\-]+)", bodies[name]
-        )
-        todo += re.findall(r"calls=\{([^}]*)\}", bodies[name])
+        for target in re.findall(
+            r"(?:calls|to_apply|body|condition|branch_computations)=(\{[^}]*\}|%[\w.\-]+)",
+            bodies[name],
+        ):
+            todo += re.findall(r"%([\w.\-]+)", target)
     return seen
 
 
