@@ -82,6 +82,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout.temperature = 0.7
     # Prompts are right-padded to at least this many tokens: one shape, one compiled program.
     c.rollout.min_prompt_bucket = 64
+    # Gather the live rows into a half-size batch when they fit it: finished completions stop
+    # costing decode work (identical results; jaxrl_llm.rollout.GenerationConfig).
+    c.rollout.compaction = True
+    # "identical": a group's G copies of a prompt are prefilled once (exact); "common": also the
+    # prefix shared by every prompt (float32 rounding differs slightly); "none".
+    c.rollout.prefix_sharing = "identical"
 
     c.optimizer = ml_collections.ConfigDict()
     # AdamW peak learning rate, warmup (in optimizer updates) and schedule after it.
@@ -128,6 +134,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.after = True
     c.eval.batch_size = 50
     c.eval.max_new_tokens = 32
+    # Decode the held-out prompts through continuous batching (eval.batch_size slots refilled
+    # as rows finish, the chat template's shared prefix prefilled once) instead of fixed batches.
+    c.eval.continuous = True
     # Also evaluate every N steps during training (0: only before and after).
     c.eval.every = 0
 
@@ -257,6 +266,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if config.train.remat not in REMAT_POLICIES:
         raise ValueError(
             f"config.train.remat={config.train.remat!r} must be one of {REMAT_POLICIES}."
+        )
+    from jaxrl_llm.rollout.prefix_sharing import PREFIX_SHARING_MODES
+
+    if config.rollout.prefix_sharing not in PREFIX_SHARING_MODES:
+        raise ValueError(
+            f"config.rollout.prefix_sharing={config.rollout.prefix_sharing!r} must be one of "
+            f"{PREFIX_SHARING_MODES}."
         )
     if config.train.max_time_s < 0 or config.eval.every < 0:
         raise ValueError(

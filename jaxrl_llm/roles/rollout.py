@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from flax import nnx
 from jax.sharding import Mesh
 
-from jaxrl_llm.rollout import CacheLayout, Rollout
+from jaxrl_llm.rollout import CacheLayout, DecodeWork, Rollout
 from jaxrl_llm.rollout.chat import chat_generator
 from jaxrl_llm.sharding import DECODE_RULES, ReshardStats, Rules, param_shardings, reshard
 
@@ -29,6 +29,8 @@ class RolloutWorker:
       mesh: the rollout mesh.
       max_new_tokens, temperature, min_prompt_bucket: the sampling options.
       rules: the decode layout (default `DECODE_RULES`).
+      compaction, prefix_sharing: the engine's savings (`GenerationConfig`); `last_work` holds
+        the `DecodeWork` of the latest `sample`.
 
     Example:
       >>> worker = RolloutWorker(policy, tokenizer, placement.rollout_mesh, max_new_tokens=32,
@@ -47,10 +49,17 @@ class RolloutWorker:
         temperature: float,
         min_prompt_bucket: int = 16,
         rules: Rules = DECODE_RULES,
+        compaction: bool = True,
+        prefix_sharing: str = "identical",
     ):
         self.shardings = param_shardings(nnx.state(model, nnx.Param), mesh, rules)
         cache = CacheLayout(mesh, rules) if mesh.devices.size > 1 else None
-        options = dict(max_new_tokens=max_new_tokens, min_prompt_bucket=min_prompt_bucket)
+        options = dict(
+            max_new_tokens=max_new_tokens,
+            min_prompt_bucket=min_prompt_bucket,
+            compaction=compaction,
+            prefix_sharing=prefix_sharing,
+        )
         self._sampler = chat_generator(
             model, tokenizer, temperature=temperature, cache_shardings=cache, **options
         )
@@ -58,6 +67,7 @@ class RolloutWorker:
             model, tokenizer, temperature=0.0, cache_shardings=cache, **options
         )
         self.params: nnx.State | None = None
+        self.last_work: DecodeWork | None = None  # of the latest `sample`
 
     def sync(self, actor_params: nnx.State) -> ReshardStats:
         """Lays `actor_params` out in the decode layout on the rollout mesh (device to device)."""
@@ -75,7 +85,10 @@ class RolloutWorker:
     def sample(self, prompt_ids: Sequence[Sequence[int]], *, seed: int) -> Rollout:
         """Sampled completions of token-id prompts (row b keyed by fold_in(key(seed), b))."""
         self._check_synced()
-        return self._sampler(prompt_ids, seed=seed, params=self.params)
+        rollout, self.last_work = self._sampler.generate_with_work(
+            prompt_ids, seed=seed, params=self.params
+        )
+        return rollout
 
     def greedy(self, prompt_ids: Sequence[Sequence[int]]) -> Rollout:
         """Greedy (argmax) completions, e.g. ReMax's baseline."""

@@ -1,14 +1,18 @@
 """Rollout: jitted batched generation with a KV cache, sampling, exact log-probs, JetStream adapter.
 
 `generate(model, prompts, max_new_tokens=...)` is the one-call API; `Generator` keeps a config and
-reuses compiled programs; `Rollout` documents the output layout. `SlotDecoder` is the step-at-a-time
+reuses compiled programs (compacting finished rows away and prefilling shared prompts once);
+`ContinuousGenerator` decodes large prompt sets through a fixed set of refilled slots; `Rollout`
+documents the output layout. `SlotDecoder` is the step-at-a-time
 (continuous batching) form of the same decode, and `JetStreamEngine` (needs the `jetstream` extra)
 serves it through JetStream's orchestrator; it is imported lazily.
 """
 
 from jaxrl_llm.rollout.batching import PackedPrompts, bucket_size, pack_prompts, pack_stop_sequences
+from jaxrl_llm.rollout.continuous import ContinuousGenerator
 from jaxrl_llm.rollout.engine import (
     CacheLayout,
+    DecodeWork,
     GenerationConfig,
     Generator,
     decode_step,
@@ -18,6 +22,7 @@ from jaxrl_llm.rollout.engine import (
     resolve_cache_shardings,
     trace_count,
 )
+from jaxrl_llm.rollout.prefix_sharing import PREFIX_SHARING_MODES, PrefillPlan, plan_prefill
 from jaxrl_llm.rollout.sampling import (
     SampleOutput,
     categorical,
@@ -32,12 +37,16 @@ from jaxrl_llm.rollout.types import FINISH_REASON_NAMES, FinishReason, Rollout
 
 __all__ = [
     "CacheLayout",
+    "ContinuousGenerator",
+    "DecodeWork",
     "FINISH_REASON_NAMES",
     "FinishReason",
     "GenerationConfig",
     "Generator",
     "JetStreamEngine",
+    "PREFIX_SHARING_MODES",
     "PackedPrompts",
+    "PrefillPlan",
     "Prefix",
     "Rollout",
     "SampleOutput",
@@ -52,6 +61,7 @@ __all__ = [
     "next_token_logits",
     "pack_prompts",
     "pack_stop_sequences",
+    "plan_prefill",
     "prefill",
     "resolve_cache_shardings",
     "sample_tokens",

@@ -38,17 +38,28 @@ def chat_generator(
     min_prompt_bucket: int = 16,
     min_batch_bucket: int = 1,
     cache_shardings=None,
+    **options,
 ) -> Generator:
-    """A `Generator` that stops at the tokenizer's end-of-turn ids and pads with its pad id."""
+    """A `Generator` that stops at the tokenizer's end-of-turn ids and pads with its pad id.
+
+    `options` are further `GenerationConfig` fields (compaction, prefix_sharing, ...).
+    """
     return Generator(
         model,
-        GenerationConfig(
+        chat_generation_config(
+            tokenizer,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
-            eos_ids=tuple(tokenizer.stop_token_ids()),
-            pad_id=tokenizer.pad_token_id or 0,
             min_prompt_bucket=min_prompt_bucket,
             min_batch_bucket=min_batch_bucket,
+            **options,
         ),
         cache_shardings=cache_shardings,
+    )
+
+
+def chat_generation_config(tokenizer, **fields) -> GenerationConfig:
+    """A `GenerationConfig` ending at the tokenizer's end-of-turn ids, padded with its pad id."""
+    return GenerationConfig(
+        eos_ids=tuple(tokenizer.stop_token_ids()), pad_id=tokenizer.pad_token_id or 0, **fields
     )

@@ -36,6 +36,7 @@ from flax import nnx
 
 from jaxrl_llm.models.transformer import KV_CACHE_LOGICAL_AXES, KVCache, Transformer
 from jaxrl_llm.rollout import batching
+from jaxrl_llm.rollout.prefix_sharing import PREFIX_SHARING_MODES, plan_prefill
 from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
 from jaxrl_llm.rollout.types import FinishReason, Rollout
 
@@ -70,6 +71,15 @@ class GenerationConfig:
       min_prompt_bucket: prompts are right-padded to a bucket >= this (see `batching.bucket_size`).
       min_batch_bucket: the batch is padded to a bucket >= this.
       cache_dtype: dtype name of the KV cache; None uses the model dtype.
+      compaction: when the live rows fit a batch half the size, gather them into it and decode
+        on (stages B_pad, B_pad/2, ... >= min_compact_batch, all in one program), so finished
+        rows stop costing decode work. The same tokens and log-probs as without.
+      min_compact_batch: the smallest compacted batch. 8 keeps results bitwise equal to the
+        uncompacted engine on XLA:CPU, whose matmuls round differently below 8 rows.
+      prefix_sharing: "identical" prefills identical prompts once (a GRPO group's G rows) and
+        copies their cache rows, exactly; "common" also prefills the prefix every prompt shares
+        once (float32 rounding differs slightly); "none" prefills every row in full. See
+        `jaxrl_llm.rollout.prefix_sharing`.
     """
 
     max_new_tokens: int
@@ -83,11 +93,23 @@ class GenerationConfig:
     min_prompt_bucket: int = 16
     min_batch_bucket: int = 1
     cache_dtype: str | None = None
+    compaction: bool = True
+    min_compact_batch: int = 8
+    prefix_sharing: str = "identical"
 
     def __post_init__(self):
         if not isinstance(self.max_new_tokens, (int, np.integer)) or self.max_new_tokens < 1:
             raise ValueError(
                 f"GenerationConfig: max_new_tokens={self.max_new_tokens!r} must be >= 1."
+            )
+        if self.prefix_sharing not in PREFIX_SHARING_MODES:
+            raise ValueError(
+                f"GenerationConfig: prefix_sharing={self.prefix_sharing!r} must be one of "
+                f"{PREFIX_SHARING_MODES}."
+            )
+        if self.min_compact_batch < 1:
+            raise ValueError(
+                f"GenerationConfig: min_compact_batch={self.min_compact_batch} must be >= 1."
             )
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"GenerationConfig: top_k={self.top_k} must be >= 1 (or None).")
@@ -126,19 +148,65 @@ class _Static(NamedTuple):
     use_min_p: bool
     pad_id: int
     cache_dtype: str | None
+    stages: tuple[int, ...]  # decode batch of each compaction stage, decreasing
+    copies_rows: bool  # the prefill plan shares rows (a cache gather follows the prefill)
+
+
+class DecodeWork(NamedTuple):
+    """What one rollout computed, against what the plain engine computes for the same batch.
+
+    Attributes (int32 scalars):
+      prefill_tokens: token positions run through prefill (shared prefix once + unique rows).
+      prefill_tokens_plain: B_pad x P, every row prefilled in full.
+      decode_row_steps: the sum over decode steps of the decode batch (it shrinks as rows
+        finish, with compaction).
+      decode_row_steps_plain: B_pad x the number of decode steps (the uncompacted loop, which
+        stops at the same step).
+      decode_steps: forward passes of the decode loop (the first token comes from prefill).
+    """
+
+    prefill_tokens: Array
+    prefill_tokens_plain: Array
+    decode_row_steps: Array
+    decode_row_steps_plain: Array
+    decode_steps: Array
+
+    def saved(self) -> dict[str, float]:
+        """Host floats: the fraction of prefill and of decode work not computed."""
+        get = lambda x: float(np.asarray(x))
+        return {
+            "prefill_saved": 1.0
+            - get(self.prefill_tokens) / max(get(self.prefill_tokens_plain), 1),
+            "decode_saved": 1.0
+            - get(self.decode_row_steps) / max(get(self.decode_row_steps_plain), 1),
+        }
+
+
+class RowResults(NamedTuple):
+    """Per-row results over the whole padded batch (indexed by row, never compacted)."""
+
+    tokens: Array  # int32 [B, T]
+    logprobs: Array  # float32 [B, T]
+    raw_logprobs: Array  # float32 [B, T]
+    done: Array  # bool [B]
+    lengths: Array  # int32 [B]
+    finish: Array  # int32 [B]
+
+
+class DecodeSlots(NamedTuple):
+    """The decode batch of one compaction stage: b slots, each holding one row."""
+
+    rows: Array  # int32 [b], the row in each slot (distinct)
+    cache: KVCache  # [b, K, S, H] per layer
+    last_token: Array  # int32 [b], token j - 1 of the slot's row
+    window: Array  # int32 [b, W], the last W completion tokens (WINDOW_EMPTY before the first)
 
 
 class _LoopState(NamedTuple):
     step: Array  # [] tokens sampled so far, j
-    tokens: Array  # int32 [B, T]
-    logprobs: Array  # float32 [B, T]
-    raw_logprobs: Array  # float32 [B, T]
-    cache: KVCache
-    last_token: Array  # int32 [B], token j - 1
-    done: Array  # bool [B]
-    lengths: Array  # int32 [B]
-    finish: Array  # int32 [B]
-    window: Array  # int32 [B, W], the last W completion tokens (WINDOW_EMPTY before the first)
+    rows: RowResults
+    slots: DecodeSlots
+    row_steps: Array  # [] decode row-steps computed so far
 
 
 def next_token_logits(model: Transformer, hidden_bd: Array) -> Array:
@@ -149,21 +217,23 @@ def next_token_logits(model: Transformer, hidden_bd: Array) -> Array:
 
 
 def prefill(
-    model: Transformer, tokens_bt: Array, lengths_b: Array, cache: KVCache
+    model: Transformer, tokens_bt: Array, lengths_b: Array, cache: KVCache, *, start: int = 0
 ) -> tuple[Array, KVCache]:
-    """Runs right-padded prompts through the model, filling cache slots 0..P-1.
+    """Runs right-padded prompts (or prompt suffixes) through the model, filling the cache.
 
     Args:
       model: the transformer.
-      tokens_bt: int32 [B, P], prompt b at 0..p_b-1, anything after.
+      tokens_bt: int32 [B, P], row b's tokens at 0..p_b-1, anything after.
       lengths_b: int32 [B], p_b >= 1.
-      cache: a `KVCache` with at least P slots.
+      cache: a `KVCache` with at least start + P slots; slots 0..start-1 already hold a prefix
+        every row continues.
+      start: the position of column 0 (the prefix length already in the cache).
 
     Returns:
-      (float32 logits [B, V] at each row's last prompt position p_b - 1, the filled cache).
+      (float32 logits [B, V] at each row's last token, column p_b - 1, the filled cache).
     """
     b, p = tokens_bt.shape
-    positions_bt = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+    positions_bt = jnp.broadcast_to(start + jnp.arange(p, dtype=jnp.int32), (b, p))
     hidden_btd, cache = model.hidden_states(tokens_bt, positions_bt=positions_bt, kv_cache=cache)
     last_bd = jnp.take_along_axis(hidden_btd, (lengths_b - 1)[:, None, None], axis=1)[:, 0]
     return next_token_logits(model, last_bd), cache
@@ -231,13 +301,127 @@ def _constrain(cache: KVCache, shardings) -> KVCache:
     return cache if resolved is None else jax.lax.with_sharding_constraint(cache, resolved)
 
 
+def _take_rows(tree, index_b: Array):
+    """Rows `index_b` of every array in `tree` (axis 0)."""
+    return jax.tree.map(lambda x: jnp.take(x, index_b, axis=0), tree)
+
+
+def compaction_stages(batch: int, *, enabled: bool, min_batch: int) -> tuple[int, ...]:
+    """Decode batch sizes of the compaction stages: `batch`, then halved while >= `min_batch`.
+
+    Example:
+      >>> compaction_stages(32, enabled=True, min_batch=8)
+      (32, 16, 8)
+    """
+    stages = [batch]
+    while enabled and stages[-1] // 2 >= min_batch:
+        stages.append(stages[-1] // 2)
+    return tuple(stages)
+
+
+class RowOptions(NamedTuple):
+    """Per-row inputs of a decode, indexed by row (not by slot): [B] each."""
+
+    prompt_len: Array  # int32, p_b
+    keys: Array  # typed PRNG keys
+    budget: Array  # int32, the most tokens row b may sample
+    temperature: Array  # float32
+    top_p: Array  # float32
+    min_p: Array  # float32
+
+
+def record_tokens(
+    rows: RowResults,
+    slots: DecodeSlots,
+    step_b: Array,
+    logits_bv: Array,
+    options: RowOptions,
+    eos_ids_e: Array,
+    stop_sw: Array,
+    static: _Static,
+) -> tuple[RowResults, DecodeSlots]:
+    """Samples token j = step_b of each slot's row and records it; finished rows are masked.
+
+    Args:
+      rows: the per-row results ([B, T] tokens and log-probs, [B] done/lengths/finish).
+      slots: the decode batch; `slots.rows` are distinct rows.
+      step_b: int32 [b], the index j of the token each slot samples now (its key's step and
+        column p + j).
+      logits_bv: float32 [b, V], the next-token logits of each slot.
+      options: `RowOptions`.
+      eos_ids_e, stop_sw: packed EOS ids and stop sequences (`batching`).
+      static: the program's static options (sampling filters, pad id).
+
+    Returns:
+      (rows with token j written where the row was unfinished, slots with the new last token
+      and stop window).
+    """
+    r = slots.rows
+    out = sample_tokens(
+        step_keys(options.keys[r], step_b),
+        logits_bv,
+        temperature_b=options.temperature[r],
+        top_k=static.top_k,
+        top_p_b=options.top_p[r] if static.use_top_p else None,
+        min_p_b=options.min_p[r] if static.use_min_p else None,
+    )
+    alive = ~rows.done[r]
+    pos = options.prompt_len[r] + step_b
+    tokens = rows.tokens.at[r, pos].set(jnp.where(alive, out.tokens, static.pad_id))
+    logprobs = rows.logprobs.at[r, pos].set(jnp.where(alive, out.logprobs, 0.0))
+    raw = rows.raw_logprobs.at[r, pos].set(jnp.where(alive, out.raw_logprobs, 0.0))
+    window = jnp.concatenate([slots.window[:, 1:], out.tokens[:, None]], axis=1)
+    is_eos = alive & jnp.any(out.tokens[:, None] == eos_ids_e[None, :], axis=1)
+    matches_bs = jnp.all(
+        (stop_sw[None] == window[:, None]) | (stop_sw[None] == batching.STOP_ANY), axis=2
+    )
+    is_stop = alive & ~is_eos & jnp.any(matches_bs, axis=1)
+    lengths = rows.lengths[r] + alive.astype(jnp.int32)
+    finish = jnp.where(is_eos, int(FinishReason.EOS), rows.finish[r])
+    finish = jnp.where(is_stop, int(FinishReason.STOP), finish)
+    done = rows.done[r] | is_eos | is_stop | (lengths >= options.budget[r])
+    rows = RowResults(
+        tokens=tokens,
+        logprobs=logprobs,
+        raw_logprobs=raw,
+        done=rows.done.at[r].set(done),
+        lengths=rows.lengths.at[r].set(lengths),
+        finish=rows.finish.at[r].set(finish),
+    )
+    return rows, slots._replace(last_token=out.tokens, window=window)
+
+
+def _shared_prefill(
+    model, prefix_l, suffix_us, suffix_len_u, prompt_len: int, cache_dtype, cache_shardings
+):
+    """Prefills a `PrefillPlan`'s prefix and suffixes into a [U_pad, ..., P] cache.
+
+    Returns (float32 logits [U_pad, V] at each suffix's last token, the cache).
+    """
+    rows = suffix_us.shape[0]
+    start = prefix_l.shape[0]
+    cache = model.init_cache(rows, prompt_len, dtype=cache_dtype)
+    if start:
+        one = model.init_cache(1, prompt_len, dtype=cache_dtype)
+        positions = jnp.arange(start, dtype=jnp.int32)[None]
+        _, one = model.hidden_states(prefix_l[None], positions_bt=positions, kv_cache=one)
+        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows,) + x.shape[1:]), one)
+    cache = _constrain(cache, cache_shardings)
+    return prefill(model, suffix_us, suffix_len_u, cache, start=start)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef", "static", "cache_shardings"))
 def _generate_padded(
     state,
     prompt_bt,
     prompt_len_b,
+    prefix_l,
+    suffix_us,
+    suffix_len_u,
+    source_b,
     active_b,
     keys_b,
+    budget_b,
     temperature_b,
     top_p_b,
     min_p_b,
@@ -250,80 +434,86 @@ def _generate_padded(
 ):
     _TRACES["generate"] += 1
     model = nnx.merge(graphdef, state)
-    batch, prompt_len = prompt_bt.shape
+    batch, prompt_bucket = prompt_bt.shape
     n_new = static.max_new_tokens
-    total = prompt_len + n_new
-    rows = jnp.arange(batch)
-    sampling = dict(
-        temperature_b=temperature_b,
-        top_k=static.top_k,
-        top_p_b=top_p_b if static.use_top_p else None,
-        min_p_b=min_p_b if static.use_min_p else None,
-    )
+    total = prompt_bucket + n_new
 
     cache_dtype = None if static.cache_dtype is None else jnp.dtype(static.cache_dtype)
     # Prefill into a P-slot cache (its attention then spans P keys, not P + N), then extend it
     # with zero slots: the last sampled token is never fed back, so P + N - 1 slots suffice.
-    cache = _constrain(model.init_cache(batch, prompt_len, dtype=cache_dtype), cache_shardings)
-    logits_bv, cache = prefill(model, prompt_bt, prompt_len_b, cache)
-    cache = _constrain(_extend_cache(cache, total - 1 - prompt_len), cache_shardings)
+    logits_bv, cache = _shared_prefill(
+        model, prefix_l, suffix_us, suffix_len_u, prompt_bucket, cache_dtype, cache_shardings
+    )
+    if static.copies_rows:
+        logits_bv, cache = jnp.take(logits_bv, source_b, axis=0), _take_rows(cache, source_b)
+    cache = _constrain(_extend_cache(cache, total - 1 - prompt_bucket), cache_shardings)
+
+    options = RowOptions(prompt_len_b, keys_b, budget_b, temperature_b, top_p_b, min_p_b)
 
     def record(s: _LoopState, logits_bv: Array) -> _LoopState:
-        out = sample_tokens(step_keys(keys_b, s.step), logits_bv, **sampling)
-        alive = ~s.done
-        pos_b = prompt_len_b + s.step
-        tokens = s.tokens.at[rows, pos_b].set(jnp.where(alive, out.tokens, static.pad_id))
-        logprobs = s.logprobs.at[rows, pos_b].set(jnp.where(alive, out.logprobs, 0.0))
-        raw = s.raw_logprobs.at[rows, pos_b].set(jnp.where(alive, out.raw_logprobs, 0.0))
-        window = jnp.concatenate([s.window[:, 1:], out.tokens[:, None]], axis=1)
-        is_eos = alive & jnp.any(out.tokens[:, None] == eos_ids_e[None, :], axis=1)
-        matches_bs = jnp.all(
-            (stop_sw[None] == window[:, None]) | (stop_sw[None] == batching.STOP_ANY), axis=2
+        step_b = jnp.broadcast_to(s.step, s.slots.rows.shape)
+        rows, slots = record_tokens(
+            s.rows, s.slots, step_b, logits_bv, options, eos_ids_e, stop_sw, static
         )
-        is_stop = alive & ~is_eos & jnp.any(matches_bs, axis=1)
-        finish = jnp.where(is_eos, int(FinishReason.EOS), s.finish)
-        finish = jnp.where(is_stop, int(FinishReason.STOP), finish)
-        return s._replace(
-            step=s.step + 1,
-            tokens=tokens,
-            logprobs=logprobs,
-            raw_logprobs=raw,
-            last_token=out.tokens,
-            done=s.done | is_eos | is_stop,
-            lengths=s.lengths + alive.astype(jnp.int32),
-            finish=finish,
-            window=window,
-        )
+        return s._replace(step=s.step + 1, rows=rows, slots=slots)
 
-    tokens_bt = jnp.full((batch, total), static.pad_id, jnp.int32).at[:, :prompt_len].set(prompt_bt)
     zeros_bt = jnp.zeros((batch, total), jnp.float32)
+    tokens_bt = jnp.full((batch, total), static.pad_id, jnp.int32)
+    tokens_bt = tokens_bt.at[:, :prompt_bucket].set(prompt_bt)
     init = _LoopState(
         step=jnp.zeros((), jnp.int32),
-        tokens=tokens_bt,
-        logprobs=zeros_bt,
-        raw_logprobs=zeros_bt,
-        cache=cache,
-        last_token=jnp.zeros((batch,), jnp.int32),
-        done=~active_b,
-        lengths=jnp.zeros((batch,), jnp.int32),
-        finish=jnp.full((batch,), int(FinishReason.LENGTH), jnp.int32),
-        window=jnp.full((batch, stop_sw.shape[1]), batching.WINDOW_EMPTY, jnp.int32),
+        rows=RowResults(
+            tokens=tokens_bt,
+            logprobs=zeros_bt,
+            raw_logprobs=zeros_bt,
+            done=~active_b,
+            lengths=jnp.zeros((batch,), jnp.int32),
+            finish=jnp.full((batch,), int(FinishReason.LENGTH), jnp.int32),
+        ),
+        slots=DecodeSlots(
+            rows=jnp.arange(batch, dtype=jnp.int32),
+            cache=cache,
+            last_token=jnp.zeros((batch,), jnp.int32),
+            window=jnp.full((batch, stop_sw.shape[1]), batching.WINDOW_EMPTY, jnp.int32),
+        ),
+        row_steps=jnp.zeros((), jnp.int32),
     )
-    state0 = record(init, logits_bv)
-
-    def cond(s: _LoopState):
-        return (s.step < n_new) & ~jnp.all(s.done)
+    s = record(init, logits_bv)
 
     def body(s: _LoopState) -> _LoopState:
-        # Finished rows keep computing (the batch is dense) but their writes are masked above.
-        logits_bv, cache = decode_step(model, s.last_token, prompt_len_b + s.step - 1, s.cache)
-        return record(s._replace(cache=_constrain(cache, cache_shardings)), logits_bv)
+        # Finished rows in the batch keep computing (it is dense) but their writes are masked.
+        slots = s.slots
+        positions = prompt_len_b[slots.rows] + s.step - 1
+        logits_bv, cache = decode_step(model, slots.last_token, positions, slots.cache)
+        s = s._replace(
+            slots=slots._replace(cache=_constrain(cache, cache_shardings)),
+            row_steps=s.row_steps + slots.rows.shape[0],
+        )
+        return record(s, logits_bv)
 
-    final = jax.lax.while_loop(cond, body, state0)
-    completion_bt = (jnp.arange(total)[None, :] >= prompt_len_b[:, None]) & (
-        jnp.arange(total)[None, :] < (prompt_len_b + final.lengths)[:, None]
+    def live(s: _LoopState) -> Array:
+        return jnp.sum(~s.rows.done[s.slots.rows])
+
+    # Compaction: stage i decodes a batch of stages[i] slots until its live rows fit the next
+    # stage, then the live rows (first, in slot order) are gathered into the smaller batch.
+    for i, size in enumerate(static.stages):
+        if i > 0:
+            order = jnp.argsort((s.rows.done[s.slots.rows]).astype(jnp.int32))[:size]
+            slots = _take_rows(s.slots, order)
+            s = s._replace(slots=slots._replace(cache=_constrain(slots.cache, cache_shardings)))
+        next_size = static.stages[i + 1] if i + 1 < len(static.stages) else 0
+
+        def cond(s: _LoopState, next_size=next_size):
+            return (s.step < n_new) & (live(s) > next_size)
+
+        s = jax.lax.while_loop(cond, body, s)
+
+    final = s.rows
+    columns = jnp.arange(total)[None, :]
+    completion_bt = (columns >= prompt_len_b[:, None]) & (
+        columns < (prompt_len_b + final.lengths)[:, None]
     )
-    return Rollout(
+    rollout = Rollout(
         tokens=final.tokens,
         completion_mask=completion_bt,
         logprobs=final.logprobs,
@@ -332,6 +522,16 @@ def _generate_padded(
         lengths=final.lengths,
         finish_reason=final.finish,
     )
+    steps = s.step - 1
+    prefill_tokens = prefix_l.shape[0] + suffix_us.size
+    work = DecodeWork(
+        prefill_tokens=jnp.asarray(prefill_tokens, jnp.int32),
+        prefill_tokens_plain=jnp.asarray(batch * prompt_bucket, jnp.int32),
+        decode_row_steps=s.row_steps,
+        decode_row_steps_plain=steps * batch,
+        decode_steps=steps,
+    )
+    return rollout, work
 
 
 def _per_row(value, batch: int, padded: int, default: float) -> np.ndarray:
@@ -389,6 +589,7 @@ class Generator:
         *,
         seed: int | Sequence[int] = 0,
         params: nnx.State | None = None,
+        max_new_tokens: Sequence[int] | None = None,
     ) -> Rollout:
         """Samples completions of `prompts` (ragged token-id lists); see `Rollout` for the layout.
 
@@ -396,10 +597,25 @@ class Generator:
           prompts: B token-id sequences, each non-empty.
           seed: one int (row b uses `fold_in(key(seed), b)`) or one int per prompt.
           params: an `nnx.State` of the model's parameters to use instead of the model's own.
+          max_new_tokens: an optional budget per prompt, each in 1..config.max_new_tokens (a
+            row that reaches its budget finishes with `FinishReason.LENGTH`).
 
         Returns:
-          `Rollout` with B rows and T = prompt bucket + max_new_tokens columns.
+          `Rollout` with B rows and T = prompt bucket + config.max_new_tokens columns.
         """
+        return self.generate_with_work(
+            prompts, seed=seed, params=params, max_new_tokens=max_new_tokens
+        )[0]
+
+    def generate_with_work(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        seed: int | Sequence[int] = 0,
+        params: nnx.State | None = None,
+        max_new_tokens: Sequence[int] | None = None,
+    ) -> tuple[Rollout, DecodeWork]:
+        """`__call__`, also returning the `DecodeWork` (prefill and decode computed vs plain)."""
         config = self.config
         packed = batching.pack_prompts(
             prompts,
@@ -415,6 +631,14 @@ class Generator:
             if len(seed) != batch:
                 raise ValueError(f"generate: got {len(seed)} seeds for {batch} prompts.")
             keys = sequence_keys(seeds, padded)
+        budgets = self._budgets(max_new_tokens, batch, padded)
+        plan = plan_prefill(
+            prompts,
+            padded_batch=padded,
+            prompt_bucket=packed.tokens.shape[1],
+            pad_id=config.pad_id,
+            mode=config.prefix_sharing,
+        )
         graphdef, state = nnx.split(self.model)
         if params is not None:
             state = params
@@ -425,13 +649,22 @@ class Generator:
             use_min_p=config.min_p is not None,
             pad_id=int(config.pad_id),
             cache_dtype=config.cache_dtype,
+            stages=compaction_stages(
+                padded, enabled=config.compaction, min_batch=config.min_compact_batch
+            ),
+            copies_rows=plan.copies_rows,
         )
-        out = _generate_padded(
+        out, work = _generate_padded(
             state,
             jnp.asarray(packed.tokens),
             jnp.asarray(packed.lengths),
+            jnp.asarray(plan.prefix),
+            jnp.asarray(plan.suffixes),
+            jnp.asarray(plan.suffix_lengths),
+            jnp.asarray(plan.source),
             jnp.asarray(packed.active),
             keys,
+            jnp.asarray(budgets),
             jnp.asarray(_per_row(config.temperature, batch, padded, 1.0)),
             jnp.asarray(_per_row(config.top_p, batch, padded, 1.0)),
             jnp.asarray(_per_row(config.min_p, batch, padded, 0.0)),
@@ -441,9 +674,28 @@ class Generator:
             static=static,
             cache_shardings=self.cache_shardings,
         )
-        if padded == batch:
-            return out
-        return Rollout(*(x[:batch] for x in out))
+        if padded != batch:
+            out = Rollout(*(x[:batch] for x in out))
+        return out, work
+
+    def _budgets(self, max_new_tokens, batch: int, padded: int) -> np.ndarray:
+        """int32 [padded] per-row token budgets (config.max_new_tokens where none is given)."""
+        limit = int(self.config.max_new_tokens)
+        budgets = np.full((padded,), limit, np.int32)
+        if max_new_tokens is None:
+            return budgets
+        given = np.asarray(max_new_tokens, np.int64)
+        if given.shape != (batch,):
+            raise ValueError(
+                f"generate: got {given.size} max_new_tokens values for {batch} prompts."
+            )
+        if given.min() < 1 or given.max() > limit:
+            raise ValueError(
+                f"generate: max_new_tokens per prompt must be in 1..{limit} "
+                f"(GenerationConfig.max_new_tokens); got {given.min()}..{given.max()}."
+            )
+        budgets[:batch] = given
+        return budgets
 
 
 def generate(

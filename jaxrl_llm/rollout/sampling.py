@@ -313,7 +313,10 @@ def sample_tokens(
     greedy_b = temperature_b <= 0
     scaled = logits / _safe_temperature(temperature_b)[:, None]
     filtered = filter_logits(scaled, top_k=top_k, top_p_b=top_p_b, min_p_b=min_p_b)
-    sampled_b, log_z_b = categorical(keys_b, filtered)
+    sampled_b, _ = categorical(keys_b, filtered)
+    # One reduction over the whole row (not categorical's two-level one): its float32 rounding
+    # does not depend on the batch size on XLA:CPU, so compacting rows keeps log-probs bitwise.
+    log_z_b = jax.nn.logsumexp(filtered, axis=-1)
     tokens_b = jnp.where(greedy_b, jnp.argmax(logits, axis=-1).astype(jnp.int32), sampled_b)
     take = lambda a: jnp.take_along_axis(a, tokens_b[:, None], axis=-1)[:, 0]
     logprobs_b = jnp.where(greedy_b, 0.0, take(filtered) - log_z_b)

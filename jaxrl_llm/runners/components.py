@@ -151,6 +151,8 @@ def build_roles(config: ml_collections.ConfigDict, algorithm: Algorithm, parts: 
         max_new_tokens=config.rollout.max_new_tokens,
         temperature=config.rollout.temperature,
         min_prompt_bucket=config.rollout.min_prompt_bucket,
+        compaction=config.rollout.compaction,
+        prefix_sharing=config.rollout.prefix_sharing,
     )
     actor = Learner(policy, parts.optimizer, algorithm.loss, placement.train_mesh)
     reward_model = None

@@ -8,7 +8,13 @@ import numpy as np
 
 from jaxrl_llm.data import Example
 from jaxrl_llm.rewards import RewardRunner, accuracy
-from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
+from jaxrl_llm.rollout.chat import (
+    chat_generation_config,
+    chat_generator,
+    completion_texts,
+    prompt_ids,
+)
+from jaxrl_llm.rollout.continuous import ContinuousGenerator
 
 __all__ = ["chat_generator", "completion_texts", "greedy_accuracy", "prompt_ids"]
 
@@ -25,11 +31,30 @@ def greedy_accuracy(
     system_prompt=None,
     instruction_suffix: str = "",
     min_prompt_bucket: int = 16,
+    continuous: bool = True,
 ) -> dict[str, float]:
     """Greedy (temperature 0) accuracy and mean task score over `examples`.
 
-    Batches are padded to `batch_size`, so every batch reuses one compiled program.
+    With `continuous` (the default), every prompt goes through one `ContinuousGenerator` of
+    `batch_size` slots, refilled as completions finish, with the prefix every prompt shares
+    prefilled once. Otherwise fixed batches, padded to `batch_size` so each reuses one compiled
+    program, decode until their longest row finishes. Greedy completions are the same.
     """
+    if continuous:
+        texts, ids = prompt_ids(
+            tokenizer, examples, system_prompt=system_prompt, instruction_suffix=instruction_suffix
+        )
+        config = chat_generation_config(
+            tokenizer,
+            max_new_tokens=max_new_tokens,
+            temperature=0.0,
+            min_prompt_bucket=min_prompt_bucket,
+            prefix_sharing="common",
+        )
+        generator = ContinuousGenerator(model, config, num_slots=batch_size)
+        rollout = generator(ids, seed=0, params=params)
+        out = rewards(texts, completion_texts(tokenizer, rollout), list(examples))
+        return _summary(out.per_function["task"].tolist(), np.asarray(rollout.lengths).tolist())
     generator = chat_generator(
         model,
         tokenizer,
@@ -48,6 +73,10 @@ def greedy_accuracy(
         out = rewards(texts, completion_texts(tokenizer, rollout), chunk)
         scores.extend(out.per_function["task"].tolist())
         lengths.extend(np.asarray(rollout.lengths).tolist())
+    return _summary(scores, lengths)
+
+
+def _summary(scores, lengths) -> dict[str, float]:
     return {
         "accuracy": accuracy(scores),
         "score": float(np.mean(scores)),

@@ -57,6 +57,17 @@ def rollout_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % (2**31 - 1)
 
 
+def _work_metrics(work) -> dict[str, float]:
+    """The rollout's computed prefill and decode work against the plain engine's."""
+    return {
+        "rollout/prefill_tokens": float(work.prefill_tokens),
+        "rollout/prefill_tokens_plain": float(work.prefill_tokens_plain),
+        "rollout/decode_row_steps": float(work.decode_row_steps),
+        "rollout/decode_row_steps_plain": float(work.decode_row_steps_plain),
+        **{f"rollout/{k}": v for k, v in work.saved().items()},
+    }
+
+
 def _mean_metrics(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
     rows = jax.device_get(rows)
     return {f"{prefix}/{k}": float(np.mean([float(r[k]) for r in rows])) for k in rows[0]}
@@ -113,6 +124,7 @@ class OnlineRun:
             min_prompt_bucket=c.rollout.min_prompt_bucket,
             max_new_tokens=c.eval.max_new_tokens,
             batch_size=c.eval.batch_size,
+            continuous=c.eval.continuous,
             system_prompt=c.task.system_prompt,
             instruction_suffix=c.task.instruction_suffix,
         )
@@ -138,6 +150,7 @@ class OnlineRun:
             [i for i in ids for _ in range(group)], seed=rollout_seed(c.seed, step)
         )
         baseline = roles.rollout.greedy(ids) if self.algorithm.baseline_rollout else None
+        work = roles.rollout.last_work
         roles.rollout.release()
         rollout = jax.device_get(rollout)
         completions = completion_texts(tokenizer, rollout)
@@ -164,6 +177,7 @@ class OnlineRun:
             reward_out=reward_out,
             times=dict(start=t0, reward=t_reward, prepare=t_prepare),
             sync=sync,
+            work=jax.device_get(work),
         )
         return experience, info
 
@@ -222,6 +236,7 @@ class OnlineRun:
             "reward/timeouts": float(sum(reward_out.num_timeouts.values())),
             "completion/length": float(np.mean(rollout.lengths)),
             "completion/eos_fraction": float(np.mean(rollout.finish_reason != 0)),
+            **_work_metrics(info["work"]),
             "train/rows": float(batch.tokens.shape[0]),
             "time/new_train_shape": float(new_shape),
             **train_scalars,

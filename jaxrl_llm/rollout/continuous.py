@@ -1,0 +1,358 @@
+"""Continuous batching: a fixed set of decode slots, refilled from a queue of prompts as rows finish.
+
+For large prompt sets (evaluation, ReST-style sampling, the asynchronous runner), one padded batch
+per chunk of prompts decodes until its longest row finishes; the other rows idle in the batch.
+Here `num_slots` rows decode together; when enough of them have finished, the host admits the
+next prompts from the queue into the freed slots (prefilled together, their cache rows scattered
+into the slots) and decoding resumes. Two jitted programs do the work:
+
+  admit    prefill k queued prompts (their shared prefix once, as in the plain engine), sample
+           their first token, write their cache rows into k free slots.
+  decode   a `lax.while_loop` of decode steps over every slot, each slot at its own row's
+           position and step, until at least `refill_at` slots are free (or, with an empty
+           queue, every row has finished).
+
+Row r is sampled with the keys `fold_in(fold_in(key(seed), r), j)` exactly as `Generator` does,
+and a row never reads another row's data, so its completion is the one `Generator` gives for the
+same prompt list and seed (bitwise on XLA:CPU when every matmul has at least 8 rows, which the
+minimum admission batch of 8 ensures; see `GenerationConfig.min_compact_batch`).
+
+    generator = ContinuousGenerator(model, config, num_slots=32)
+    rollout = generator(prompts, seed=0)          # same `Rollout` layout as `Generator`
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxrl_llm.models.transformer import KVCache, Transformer
+from jaxrl_llm.rollout import batching
+from jaxrl_llm.rollout.engine import (
+    DecodeSlots,
+    DecodeWork,
+    GenerationConfig,
+    Generator,
+    RowOptions,
+    RowResults,
+    _constrain,
+    _extend_cache,
+    _per_row,
+    _shared_prefill,
+    _Static,
+    decode_step,
+    record_tokens,
+    resolve_cache_shardings,
+)
+from jaxrl_llm.rollout.prefix_sharing import plan_prefill
+from jaxrl_llm.rollout.sampling import sequence_keys
+from jaxrl_llm.rollout.types import FinishReason, Rollout
+
+Array = jax.Array
+
+# The fewest prompts one admission prefills (padding rows fill the rest): fewer rows would run
+# the first token's matmuls below 8 rows, which round differently on XLA:CPU.
+MIN_ADMIT = 8
+
+
+class _Pool(NamedTuple):
+    """Device state of the slots. Row R (one past the last prompt) is a scratch row that is
+    always finished: empty slots point at it, so their masked writes land nowhere visible."""
+
+    rows: RowResults  # [R + 1, T] and [R + 1]
+    slots: DecodeSlots  # [num_slots]
+    row_steps: Array  # [] decode row-steps computed
+    decode_steps: Array  # [] decode forward passes
+
+
+def _free_slots(pool: _Pool) -> Array:
+    """bool [num_slots]: the slot holds no unfinished row."""
+    return pool.rows.done[pool.slots.rows]
+
+
+@functools.partial(
+    jax.jit, static_argnames=("graphdef", "static", "cache_shardings"), donate_argnames=("pool",)
+)
+def _admit(
+    state,
+    pool: _Pool,
+    prefix_l,
+    suffix_ks,
+    suffix_len_k,
+    rows_k,
+    slots_k,
+    options: RowOptions,
+    eos_ids_e,
+    stop_sw,
+    *,
+    graphdef,
+    static: _Static,
+    cache_shardings,
+) -> _Pool:
+    """Prefills k prompts (rows `rows_k`) and installs them in slots `slots_k` (index num_slots:
+    a padding entry, dropped); samples and records their first token."""
+    model = nnx.merge(graphdef, state)
+    prompt_bucket = pool.rows.tokens.shape[1] - static.max_new_tokens
+    cache_dtype = None if static.cache_dtype is None else jnp.dtype(static.cache_dtype)
+    logits_kv, cache = _shared_prefill(
+        model, prefix_l, suffix_ks, suffix_len_k, prompt_bucket, cache_dtype, cache_shardings
+    )
+    k = rows_k.shape[0]
+    new = DecodeSlots(
+        rows=rows_k,
+        cache=cache,
+        last_token=jnp.zeros((k,), jnp.int32),
+        window=jnp.full((k, stop_sw.shape[1]), batching.WINDOW_EMPTY, jnp.int32),
+    )
+    rows, new = record_tokens(
+        pool.rows, new, jnp.zeros((k,), jnp.int32), logits_kv, options, eos_ids_e, stop_sw, static
+    )
+
+    def install(big, small):
+        if big.ndim == 4:  # a cache array [slots, K, S, H]: the prompt's P slots
+            return big.at[slots_k, :, : small.shape[2]].set(small.astype(big.dtype), mode="drop")
+        return big.at[slots_k].set(small, mode="drop")
+
+    slots = jax.tree.map(install, pool.slots, new)
+    return pool._replace(
+        rows=rows, slots=slots._replace(cache=_constrain(slots.cache, cache_shardings))
+    )
+
+
+@functools.partial(
+    jax.jit, static_argnames=("graphdef", "static", "cache_shardings"), donate_argnames=("pool",)
+)
+def _decode(
+    state,
+    pool: _Pool,
+    refill_at,
+    options: RowOptions,
+    eos_ids_e,
+    stop_sw,
+    *,
+    graphdef,
+    static: _Static,
+    cache_shardings,
+) -> _Pool:
+    """Decodes every slot until at least `refill_at` slots are free or all are."""
+    model = nnx.merge(graphdef, state)
+    num_slots = pool.slots.rows.shape[0]
+
+    def cond(p: _Pool):
+        free = jnp.sum(_free_slots(p))
+        return (free < refill_at) & (free < num_slots)
+
+    def body(p: _Pool) -> _Pool:
+        slots = p.slots
+        step_b = p.rows.lengths[slots.rows]  # tokens sampled so far = the index of the next
+        positions = options.prompt_len[slots.rows] + step_b - 1
+        logits_bv, cache = decode_step(model, slots.last_token, positions, slots.cache)
+        slots = slots._replace(cache=_constrain(cache, cache_shardings))
+        rows, slots = record_tokens(
+            p.rows, slots, step_b, logits_bv, options, eos_ids_e, stop_sw, static
+        )
+        return _Pool(rows, slots, p.row_steps + num_slots, p.decode_steps + 1)
+
+    return jax.lax.while_loop(cond, body, pool)
+
+
+class ContinuousGenerator:
+    """`Generator`'s rollouts through continuous batching over `num_slots` decode slots.
+
+    Args:
+      model: a `Transformer`.
+      config: the `GenerationConfig` (its `compaction` and `min_batch_bucket` do not apply; its
+        `prefix_sharing` "common" shares the prefix of all prompts, "identical" and "none"
+        prefill every prompt in full).
+      num_slots: rows decoded together.
+      refill_at: admit new prompts once this many slots are free (default: a quarter of the
+        slots, at least `MIN_ADMIT`).
+      cache_shardings: as in `Generator`.
+
+    Example:
+      >>> gen = ContinuousGenerator(model, GenerationConfig(max_new_tokens=64, temperature=0.0),
+      ...                           num_slots=32)
+      >>> rollout = gen(prompt_ids)          # 200 prompts, 32 decoding at a time
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        config: GenerationConfig,
+        *,
+        num_slots: int = 32,
+        refill_at: int | None = None,
+        cache_shardings=None,
+    ):
+        if num_slots < 1:
+            raise ValueError(f"ContinuousGenerator: num_slots={num_slots} must be >= 1.")
+        self.model = model
+        self.config = config
+        self.num_slots = num_slots
+        self.refill_at = min(num_slots, refill_at or max(MIN_ADMIT, num_slots // 4))
+        self.cache_shardings = cache_shardings
+        self._plain = Generator(model, config, cache_shardings=cache_shardings)
+
+    def __call__(self, prompts, *, seed=0, params=None, max_new_tokens=None) -> Rollout:
+        """Completions of `prompts`, as `Generator.__call__` (same arguments, same layout)."""
+        return self.generate_with_work(
+            prompts, seed=seed, params=params, max_new_tokens=max_new_tokens
+        )[0]
+
+    def generate_with_work(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        seed: int | Sequence[int] = 0,
+        params: nnx.State | None = None,
+        max_new_tokens: Sequence[int] | None = None,
+    ) -> tuple[Rollout, DecodeWork]:
+        """`__call__`, also returning the `DecodeWork` (its "plain" figures: one padded batch of
+        every prompt, uncompacted)."""
+        config, n = self.config, self.num_slots
+        packed = batching.pack_prompts(
+            prompts, pad_id=config.pad_id, min_prompt_bucket=config.min_prompt_bucket, bucket=True
+        )
+        num_rows = packed.batch_size
+        prompt_bucket = packed.tokens.shape[1]
+        mode = "common" if config.prefix_sharing == "common" else "none"
+        plan = plan_prefill(
+            prompts, padded_batch=num_rows, prompt_bucket=prompt_bucket, pad_id=config.pad_id,
+            mode=mode,
+        )  # fmt: skip
+        static = self._static()
+        options = self._row_options(packed, seed, max_new_tokens)
+        graphdef, state = nnx.split(self.model)
+        if params is not None:
+            state = params
+        kw = dict(graphdef=graphdef, static=static, cache_shardings=self.cache_shardings)
+        eos, stop = jnp.asarray(self._plain._eos), jnp.asarray(self._plain._stop)
+        pool = self._empty_pool(packed.tokens[:num_rows])
+        queue = collections.deque(range(num_rows))
+        prefix = jnp.asarray(plan.prefix)
+        prefill_tokens = prefix.shape[0]
+        free = np.arange(n)
+        while True:
+            if queue:
+                take = [queue.popleft() for _ in range(min(len(free), len(queue)))]
+                k = batching.bucket_size(len(take), minimum=MIN_ADMIT)
+                rows_k = np.full((k,), num_rows, np.int32)  # padding entries: the scratch row
+                slots_k = np.full((k,), n, np.int32)  # and no slot
+                rows_k[: len(take)], slots_k[: len(take)] = take, free[: len(take)]
+                unique = plan.source[rows_k.clip(max=num_rows - 1)]
+                suffix = plan.suffixes[unique]
+                pool = _admit(
+                    state, pool, prefix, jnp.asarray(suffix),
+                    jnp.asarray(plan.suffix_lengths[unique]),
+                    jnp.asarray(rows_k), jnp.asarray(slots_k), options, eos, stop, **kw,
+                )  # fmt: skip
+                prefill_tokens += suffix.size
+            refill_at = self.refill_at if queue else n
+            pool = _decode(state, pool, jnp.int32(refill_at), options, eos, stop, **kw)
+            free = np.nonzero(np.asarray(_free_slots(pool)))[0]
+            if not queue and len(free) == n:
+                break
+        rollout = self._rollout(pool, packed, num_rows, prompt_bucket)
+        steps = int(np.asarray(rollout.lengths).max()) - 1
+        work = DecodeWork(
+            prefill_tokens=jnp.int32(prefill_tokens),
+            prefill_tokens_plain=jnp.int32(num_rows * prompt_bucket),
+            decode_row_steps=pool.row_steps,
+            decode_row_steps_plain=jnp.int32(num_rows * steps),
+            decode_steps=pool.decode_steps,
+        )
+        return rollout, work
+
+    def _static(self) -> _Static:
+        c = self.config
+        return _Static(
+            max_new_tokens=int(c.max_new_tokens),
+            top_k=c.top_k,
+            use_top_p=c.top_p is not None,
+            use_min_p=c.min_p is not None,
+            pad_id=int(c.pad_id),
+            cache_dtype=c.cache_dtype,
+            stages=(self.num_slots,),
+            copies_rows=False,
+        )
+
+    def _row_options(self, packed, seed, max_new_tokens) -> RowOptions:
+        """Per-row options over R prompts plus the scratch row R."""
+        c, num_rows = self.config, packed.batch_size
+        rows = num_rows + 1
+        if isinstance(seed, (int, np.integer)):
+            keys = sequence_keys(seed, rows)
+        else:
+            if len(seed) != num_rows:
+                raise ValueError(f"generate: got {len(seed)} seeds for {num_rows} prompts.")
+            keys = sequence_keys(list(seed) + [0], rows)
+        lengths = np.ones((rows,), np.int32)
+        lengths[:num_rows] = packed.lengths[:num_rows]
+        return RowOptions(
+            prompt_len=jnp.asarray(lengths),
+            keys=keys,
+            budget=jnp.asarray(self._plain._budgets(max_new_tokens, num_rows, rows)),
+            temperature=jnp.asarray(_per_row(c.temperature, num_rows, rows, 1.0)),
+            top_p=jnp.asarray(_per_row(c.top_p, num_rows, rows, 1.0)),
+            min_p=jnp.asarray(_per_row(c.min_p, num_rows, rows, 0.0)),
+        )
+
+    def _empty_pool(self, prompt_tokens: np.ndarray) -> _Pool:
+        """Every slot empty (pointing at the scratch row), every prompt's row unfinished."""
+        c, n = self.config, self.num_slots
+        num_rows, prompt_bucket = prompt_tokens.shape
+        total = prompt_bucket + int(c.max_new_tokens)
+        tokens = np.full((num_rows + 1, total), c.pad_id, np.int32)
+        tokens[:num_rows, :prompt_bucket] = prompt_tokens
+        done = np.zeros((num_rows + 1,), bool)
+        done[num_rows] = True
+        cache_dtype = None if c.cache_dtype is None else jnp.dtype(c.cache_dtype)
+        cache: KVCache = self.model.init_cache(n, prompt_bucket, dtype=cache_dtype)
+        cache = _extend_cache(cache, total - 1 - prompt_bucket)
+        shardings = resolve_cache_shardings(cache, self.cache_shardings)
+        if shardings is not None:
+            cache = jax.device_put(cache, shardings)
+        width = self._plain._stop.shape[1]
+        return _Pool(
+            rows=RowResults(
+                tokens=jnp.asarray(tokens),
+                # Separate buffers: the pool is donated, and a buffer may be donated only once.
+                logprobs=jnp.zeros((num_rows + 1, total), jnp.float32),
+                raw_logprobs=jnp.zeros((num_rows + 1, total), jnp.float32),
+                done=jnp.asarray(done),
+                lengths=jnp.zeros((num_rows + 1,), jnp.int32),
+                finish=jnp.full((num_rows + 1,), int(FinishReason.LENGTH), jnp.int32),
+            ),
+            slots=DecodeSlots(
+                rows=jnp.full((n,), num_rows, jnp.int32),
+                cache=cache,
+                last_token=jnp.zeros((n,), jnp.int32),
+                window=jnp.full((n, width), batching.WINDOW_EMPTY, jnp.int32),
+            ),
+            row_steps=jnp.zeros((), jnp.int32),
+            decode_steps=jnp.zeros((), jnp.int32),
+        )
+
+    def _rollout(self, pool: _Pool, packed, num_rows: int, prompt_bucket: int) -> Rollout:
+        rows = jax.tree.map(lambda x: x[:num_rows], pool.rows)
+        prompt_len = jnp.asarray(packed.lengths[:num_rows])
+        columns = jnp.arange(rows.tokens.shape[1])[None, :]
+        completion = (columns >= prompt_len[:, None]) & (
+            columns < (prompt_len + rows.lengths)[:, None]
+        )
+        return Rollout(
+            tokens=rows.tokens,
+            completion_mask=completion,
+            logprobs=rows.logprobs,
+            raw_logprobs=rows.raw_logprobs,
+            prompt_lengths=prompt_len,
+            lengths=rows.lengths,
+            finish_reason=rows.finish,
+        )
