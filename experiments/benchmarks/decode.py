@@ -3,6 +3,7 @@
     .venv/bin/python experiments/benchmarks/decode.py               # batches 1, 8, 32, 64
     .venv/bin/python experiments/benchmarks/decode.py --quick       # batches 1, 8; 16 new tokens
     .venv/bin/python experiments/benchmarks/decode.py --batches 32 --no-peers
+    .venv/bin/python experiments/benchmarks/decode.py --batches 32 --variable-only
 
 For every batch size B: B prompts of exactly `--prompt-tokens` tokens (different texts), sampled
 at temperature 1 for exactly `--new-tokens` tokens (EOS disabled, so every engine does the same
@@ -17,6 +18,16 @@ XLA's):
   llama.cpp     llama-cpp-python, if importable, through its C API: the GGUF dequantised to
                 float32 (same weights, same precision), B sequences in one `llama_batch` per
                 step over one KV cache, llama.cpp's own sampler (`LlamaCppBatched`).
+  variable      one more row ("32 var", `--variable-batch`): 32 prompts whose completions stop
+                at lengths drawn from a measured distribution: in the same run, our engine
+                samples 4 x 32 completions of the main job's task (chain_sum chat prompts,
+                temperature 1, at most `--new-tokens`, ending at EOS) and each benchmark prompt
+                gets a budget drawn from those lengths (seeded). Every engine decodes each
+                prompt to exactly its budget (EOS disabled) and is scored in tokens kept per
+                second, sum(budgets) / wall: ours with compaction (and without, for the
+                saving), transformers with a per-row stopping criterion (finished rows stay in
+                the batch until the longest ends), llama.cpp's batched API submitting only the
+                sequences still running.
   limit         the CPU roofline: a step costs at least max(weight bytes / read bandwidth,
                 FLOPs / matmul rate), with the bandwidth of a read-only reduction over 1 GiB on
                 every core (`machine.read_bandwidth`; a single-threaded copy read low, and
@@ -90,19 +101,42 @@ def roofline_tokens_per_second(config, batch, prompt_len, new_tokens, bandwidth,
 
 
 # --- engines -----------------------------------------------------------------------------------
-def bench_ours(model, prompts, new_tokens, repeats):
-    """(tokens/s of the best of `repeats` timed calls, compile seconds) of `Generator`."""
-    gen = Generator(model, GenerationConfig(max_new_tokens=new_tokens, temperature=1.0, eos_ids=()))
+def bench_ours(model, prompts, new_tokens, repeats, budgets=None, compaction=True):
+    """(tokens kept/s of the best of `repeats` timed calls, compile seconds) of `Generator`.
+
+    `budgets`: tokens per prompt (None: `new_tokens` each).
+    """
+    config = GenerationConfig(
+        max_new_tokens=new_tokens, temperature=1.0, eos_ids=(), compaction=compaction
+    )
+    gen = Generator(model, config)
+    budgets = [new_tokens] * len(prompts) if budgets is None else list(budgets)
     t = time.perf_counter()
-    jax.block_until_ready(gen(prompts, seed=0))
+    jax.block_until_ready(gen(prompts, seed=0, max_new_tokens=budgets))
     first = time.perf_counter() - t
     runs = []
     for r in range(repeats):
         t = time.perf_counter()
-        rollout = jax.block_until_ready(gen(prompts, seed=1 + r))
+        rollout = jax.block_until_ready(gen(prompts, seed=1 + r, max_new_tokens=budgets))
         runs.append(time.perf_counter() - t)
-        assert int(np.asarray(rollout.lengths).min()) == new_tokens
-    return len(prompts) * new_tokens / min(runs), first - min(runs)
+        assert np.asarray(rollout.lengths).tolist() == budgets
+    return sum(budgets) / min(runs), first - min(runs)
+
+
+def measured_lengths(model, tokenizer, new_tokens: int, batches: int = 4) -> list[int]:
+    """Completion lengths of the main job's task: `batches` x 32 chain_sum completions
+    (8 prompts x 4, chat template, temperature 1, at most `new_tokens`, ending at EOS)."""
+    from jaxrl_llm.data import ReasoningGymSource
+    from jaxrl_llm.rollout.chat import chat_generator, prompt_ids
+
+    source = ReasoningGymSource("chain_sum", seed=0, size=8 * batches, min_terms=2, max_terms=2)
+    gen = chat_generator(model, tokenizer, max_new_tokens=new_tokens, temperature=1.0)
+    lengths = []
+    for b in range(batches):
+        _, ids = prompt_ids(tokenizer, [source[i] for i in range(8 * b, 8 * b + 8)])
+        rollout = gen([p for p in ids for _ in range(4)], seed=b)
+        lengths += np.asarray(rollout.lengths).tolist()
+    return lengths
 
 
 def load_transformers(path: str):
@@ -120,7 +154,21 @@ def load_transformers(path: str):
     return model
 
 
-def bench_transformers(hf_model, prompts, new_tokens, repeats):
+def _budget_stop(prompt_len: int, budgets):
+    """A transformers stopping criterion: row b is done after budgets[b] new tokens."""
+    import torch
+    import transformers
+
+    limits = torch.tensor(budgets)
+
+    class BudgetStop(transformers.StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return (input_ids.shape[1] - prompt_len) >= limits
+
+    return transformers.StoppingCriteriaList([BudgetStop()])
+
+
+def bench_transformers(hf_model, prompts, new_tokens, repeats, budgets=None):
     """Tokens/s of transformers `generate` with sampling, at its best torch thread count.
 
     A short warm-up generate runs with 1 and with all cores; the faster count is used (on a
@@ -142,14 +190,18 @@ def bench_transformers(hf_model, prompts, new_tokens, repeats):
             timings[threads] = time.perf_counter() - t
         torch.set_num_threads(min(timings, key=timings.get))
         runs = []
+        if budgets is None:
+            limits = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+        else:  # no EOS; each row stops at its budget, the batch at the longest
+            stop = _budget_stop(ids.shape[1], budgets)
+            limits = dict(max_new_tokens=max(budgets), stopping_criteria=stop, eos_token_id=None)
         for _ in range(repeats):
             t = time.perf_counter()
-            out = hf_model.generate(
-                ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs
-            )
+            out = hf_model.generate(ids, **limits, **kwargs)
             runs.append(time.perf_counter() - t)
-            assert out.shape[1] == ids.shape[1] + new_tokens
-    return len(prompts) * new_tokens / min(runs)
+            assert out.shape[1] == ids.shape[1] + (new_tokens if budgets is None else max(budgets))
+    kept = len(prompts) * new_tokens if budgets is None else sum(budgets)
+    return kept / min(runs)
 
 
 def float32_gguf(src: str, dst: str) -> str:
@@ -220,8 +272,10 @@ class LlamaCppBatched:
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 
-    def generate(self, prompts, new_tokens: int, seed: int = 0) -> int:
-        """Samples `new_tokens` tokens for every prompt; returns how many were produced."""
+    def generate(self, prompts, new_tokens: int, seed: int = 0, budgets=None) -> int:
+        """Samples `new_tokens` tokens (or `budgets[s]`) for every prompt; returns how many were
+        produced. A step submits only the sequences that have not reached their budget."""
+        budgets = [new_tokens] * len(prompts) if budgets is None else list(budgets)
         lib = self.lib
         lib.llama_memory_clear(lib.llama_get_memory(self.ctx), True)
         chains = []
@@ -244,53 +298,61 @@ class LlamaCppBatched:
                 if wants:
                     last[s] = lib.llama_sampler_sample(chains[s], self.ctx, i)
         produced = len(prompts)
-        for step in range(1, new_tokens):
-            self._decode([(last[s], len(p) + step - 1, s, True) for s, p in enumerate(prompts)])
-            for s in range(len(prompts)):
-                last[s] = lib.llama_sampler_sample(chains[s], self.ctx, s)
-            produced += len(prompts)
+        for step in range(1, max(budgets)):
+            live = [s for s in range(len(prompts)) if budgets[s] > step]
+            self._decode([(last[s], len(prompts[s]) + step - 1, s, True) for s in live])
+            for i, s in enumerate(live):
+                last[s] = lib.llama_sampler_sample(chains[s], self.ctx, i)
+            produced += len(live)
         for chain in chains:
             lib.llama_sampler_free(chain)
         return produced
 
 
-def load_llama_cpp(path: str, prompts_by_batch: dict, new_tokens: int):
+def load_llama_cpp(path: str, cases: dict, new_tokens: int):
     """`LlamaCppBatched` on a float32 copy of the GGUF, or None when llama_cpp is missing."""
     if importlib.util.find_spec("llama_cpp") is None:
         return None
     f32 = os.path.join(tempfile.mkdtemp(prefix="llama_f32_"), "model-f32.gguf")
     float32_gguf(path, f32)
-    max_batch = max(prompts_by_batch)
-    max_len = max(len(p) for ps in prompts_by_batch.values() for p in ps) + new_tokens
+    max_batch = max(len(c["prompts"]) for c in cases.values())
+    max_len = max(len(p) for c in cases.values() for p in c["prompts"]) + new_tokens
     return LlamaCppBatched(f32, max_batch, max_len)
 
 
-def bench_llama_cpp(engine: LlamaCppBatched, prompts, new_tokens, repeats):
-    """Tokens/s of batched llama.cpp: best of 1 + `repeats` whole generate calls."""
+def bench_llama_cpp(engine: LlamaCppBatched, prompts, new_tokens, repeats, budgets=None):
+    """Tokens kept/s of batched llama.cpp: best of 1 + `repeats` whole generate calls."""
+    kept = len(prompts) * new_tokens if budgets is None else sum(budgets)
     runs = []
     for r in range(1 + repeats):
         t = time.perf_counter()
-        produced = engine.generate(prompts, new_tokens, seed=r)
+        produced = engine.generate(prompts, new_tokens, seed=r, budgets=budgets)
         runs.append(time.perf_counter() - t)
-        assert produced == len(prompts) * new_tokens
-    return len(prompts) * new_tokens / min(runs)
+        assert produced == kept
+    return kept / min(runs)
 
 
 def _fmt(x, digits=1):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def run_peer(name: str, path: str, prompts_by_batch: dict, new_tokens: int, repeats: int) -> dict:
-    """{batch: tokens/s} of one peer, measured in this process (called in a subprocess)."""
+def run_peer(name: str, path: str, cases: dict, new_tokens: int, repeats: int) -> dict:
+    """{case: tokens kept/s} of one peer, measured in this process (called in a subprocess).
+
+    `cases`: {name: {"prompts": [[ids]], "budgets": None or [tokens per prompt]}}.
+    """
     if name == "transformers":
         engine, bench = load_transformers(path), bench_transformers
     else:
-        engine = load_llama_cpp(path, prompts_by_batch, new_tokens)
+        engine = load_llama_cpp(path, cases, new_tokens)
         bench = bench_llama_cpp
-    return {b: bench(engine, p, new_tokens, repeats) for b, p in prompts_by_batch.items()}
+    return {
+        case: bench(engine, c["prompts"], new_tokens, repeats, budgets=c["budgets"])
+        for case, c in cases.items()
+    }
 
 
-def peer_in_subprocess(name: str, args, prompts_by_batch: dict, new_tokens: int) -> dict | None:
+def peer_in_subprocess(name: str, args, cases: dict, new_tokens: int) -> dict | None:
     """Runs `run_peer` in a fresh process (no JAX thread pools beside torch's), or None."""
     module = {"transformers": "transformers", "llama_cpp": "llama_cpp"}[name]
     if importlib.util.find_spec(module) is None:
@@ -298,7 +360,7 @@ def peer_in_subprocess(name: str, args, prompts_by_batch: dict, new_tokens: int)
     with tempfile.TemporaryDirectory() as tmp:
         prompts_file = os.path.join(tmp, "prompts.json")
         with open(prompts_file, "w") as f:
-            json.dump({str(b): p for b, p in prompts_by_batch.items()}, f)
+            json.dump(cases, f)
         cmd = [sys.executable, os.path.abspath(__file__), "--peer", name, "--model", args.model]
         cmd += ["--prompts-file", prompts_file, "--new-tokens", str(new_tokens)]
         cmd += ["--repeats", str(args.repeats)]
@@ -307,7 +369,7 @@ def peer_in_subprocess(name: str, args, prompts_by_batch: dict, new_tokens: int)
     if out.returncode != 0 or not lines:
         print(f"# {name} failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
         return None
-    return {int(b): v for b, v in json.loads(lines[-1][len("PEER_RESULT ") :]).items()}
+    return json.loads(lines[-1][len("PEER_RESULT ") :])
 
 
 def main(argv=None):
@@ -319,27 +381,43 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="batches 1,8 and 16 new tokens")
     parser.add_argument("--no-peers", action="store_true", help="skip transformers and llama.cpp")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs; the best is reported")
+    parser.add_argument(
+        "--variable-batch", type=int, default=32, help="rows of the variable-length case (0: none)"
+    )
+    parser.add_argument(
+        "--variable-only", action="store_true", help="only the variable-length case"
+    )
     parser.add_argument("--peer", choices=["transformers", "llama_cpp"], help=argparse.SUPPRESS)
     parser.add_argument("--prompts-file", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     path = resolve_model_path(args.model)
-    if args.peer:  # subprocess mode: measure one peer on the prompts of the parent process
+    if args.peer:  # subprocess mode: measure one peer on the cases of the parent process
         with open(args.prompts_file) as f:
-            prompts_by_batch = {int(b): p for b, p in json.load(f).items()}
-        result = run_peer(args.peer, path, prompts_by_batch, args.new_tokens, args.repeats)
-        print("PEER_RESULT " + json.dumps({str(b): v for b, v in result.items()}), flush=True)
+            cases = json.load(f)
+        result = run_peer(args.peer, path, cases, args.new_tokens, args.repeats)
+        print("PEER_RESULT " + json.dumps(result), flush=True)
         return
     batches = [1, 8] if args.quick else [int(b) for b in args.batches.split(",")]
+    batches = [] if args.variable_only else batches
     new_tokens = 16 if args.quick else args.new_tokens
 
     bandwidth, flop_rate = read_bandwidth(), matmul_rate()
     model, tokenizer = from_pretrained(args.model)
-    prompts_by_batch = {b: make_prompts(tokenizer, b, args.prompt_tokens) for b in batches}
+    cases = {
+        str(b): {"prompts": make_prompts(tokenizer, b, args.prompt_tokens), "budgets": None}
+        for b in batches
+    }
+    lengths = []
+    if args.variable_batch:
+        lengths = measured_lengths(model, tokenizer, new_tokens)
+        budgets = np.random.default_rng(0).choice(lengths, size=args.variable_batch).tolist()
+        cases[f"{args.variable_batch} var"] = {
+            "prompts": make_prompts(tokenizer, args.variable_batch, args.prompt_tokens),
+            "budgets": [int(x) for x in budgets],
+        }
     peers = {}
     for name in ("transformers", "llama_cpp"):
-        peers[name] = (
-            None if args.no_peers else peer_in_subprocess(name, args, prompts_by_batch, new_tokens)
-        )
+        peers[name] = None if args.no_peers else peer_in_subprocess(name, args, cases, new_tokens)
     config = model.config
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
@@ -352,26 +430,45 @@ def main(argv=None):
         f"llama-cpp-python: {'measured' if peers['llama_cpp'] else 'not importable / skipped'}",
         flush=True,
     )
+    if lengths:
+        budgets = cases[f"{args.variable_batch} var"]["budgets"]
+        print(
+            f"# measured completion lengths ({len(lengths)} chain_sum completions): mean "
+            f"{np.mean(lengths):.1f}, median {np.median(lengths):.0f}, max {max(lengths)}; "
+            f"the variable case's budgets: mean {np.mean(budgets):.1f}, max {max(budgets)}"
+        )
     header = (
         "| batch | ours tok/s | compile s | transformers tok/s | llama.cpp tok/s | limit tok/s "
         "| ours / transformers | ours / llama.cpp | ours / limit |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1), flush=True)
-    for batch in batches:
-        ours, compile_s = bench_ours(model, prompts_by_batch[batch], new_tokens, args.repeats)
-        hf = (peers["transformers"] or {}).get(batch)
-        lc = (peers["llama_cpp"] or {}).get(batch)
-        limit = roofline_tokens_per_second(
-            config, batch, args.prompt_tokens, new_tokens, bandwidth, flop_rate
-        )
-        ratio = lambda a, b: None if a is None or b is None else a / b
+    ratio = lambda a, b: None if a is None or b is None else a / b
+    for case, c in cases.items():
+        prompts, budgets = c["prompts"], c["budgets"]
+        ours, compile_s = bench_ours(model, prompts, new_tokens, args.repeats, budgets=budgets)
+        hf = (peers["transformers"] or {}).get(case)
+        lc = (peers["llama_cpp"] or {}).get(case)
+        limit = None
+        if budgets is None:
+            limit = roofline_tokens_per_second(
+                config, len(prompts), args.prompt_tokens, new_tokens, bandwidth, flop_rate
+            )
         print(
-            f"| {batch} | {ours:.1f} | {compile_s:.0f} | {_fmt(hf)} | {_fmt(lc)} | {limit:.0f} "
+            f"| {case} | {ours:.1f} | {compile_s:.0f} | {_fmt(hf)} | {_fmt(lc)} | {_fmt(limit, 0)} "
             f"| {_fmt(ratio(ours, hf), 2)} | {_fmt(ratio(ours, lc), 2)} "
             f"| {_fmt(ratio(ours, limit), 2)} |",
             flush=True,
         )
+        if budgets is not None:
+            plain, _ = bench_ours(
+                model, prompts, new_tokens, args.repeats, budgets=budgets, compaction=False
+            )
+            print(
+                f"# {case}: tokens kept per second; ours without compaction {plain:.1f} "
+                f"(compaction {ours / plain:.2f}x)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

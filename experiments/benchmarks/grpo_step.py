@@ -6,10 +6,18 @@ completions, at most 128 new tokens, temperature 1, float32, beta 0 (no referenc
 optimizer update per step. The first step of each side (compilation, warm-up) is excluded; the
 table shows the median of the timed steps, split into rollout (generation), reward and training.
 
-Ours runs twice: with sequence packing (`train.pack_sequences`; by default rows of 384 columns,
-twice the rollout's width, their count rounded up to an even number, so a few row counts compile
-once each) and without (one sequence per row at the rollout's full width, 64 + 128 columns). A packed step that met a new row count compiles inside its train time; such steps
-are left out of the median and counted in the "compiles" column.
+Ours uses the engine's compaction and group prefill sharing (the defaults); the "decode saved"
+column is the share of decode row-steps the compacted loop did not compute against the plain
+loop (32 rows until the longest completion ends), "prefill saved" the share of prompt positions
+not prefilled (each prompt once instead of once per completion).
+
+Ours runs twice: with sequence packing (`train.pack_sequences`; by default rows of 192 columns,
+the rollout's width, their count rounded up to an even number, so a few row counts compile once
+each) and without (one sequence per row at the rollout's full width, 64 + 128 columns). Rows of
+192 hold about two sequences: attention over a packed row costs its width squared whatever its
+segments, and `profile_train_step.py` showed 384-column rows spending a quarter of the step
+there (RESULTS.md, issue 18). A packed step that met a new row count compiles inside its train
+time; such steps are left out of the median and counted in the "compiles" column.
 
     python experiments/benchmarks/grpo_step.py              # all three, 3 timed steps each
     python experiments/benchmarks/grpo_step.py --skip-trl   # ours only (no peers extra)
@@ -17,7 +25,13 @@ are left out of the median and counted in the "compiles" column.
 Each system runs in a process of its own (so the "peak RSS" column is that system's own
 peak: our whole run with its rollout, reward and train step; TRL's trainer).
 
-TRL needs the `peers` extra (torch CPU, transformers, trl).
+TRL needs the `peers` extra (torch CPU, transformers, trl). Google's Tunix, the closest JAX
+peer, runs as a third system when `--tunix-python` names a Python with `google-tunix` installed
+(a separate environment: Tunix pins its own jax): `tunix_grpo.py` in that interpreter, on the
+same export and the same prompts.
+
+    python3.11 -m venv /tmp/tunix_venv && /tmp/tunix_venv/bin/pip install google-tunix==0.1.7
+    python experiments/benchmarks/grpo_step.py --tunix-python /tmp/tunix_venv/bin/python
 """
 
 from __future__ import annotations
@@ -76,20 +90,16 @@ def run_ours(args, workdir: str, *, pack: bool) -> dict:
         # The reference forward (time/prepare_s) counted as training, as before the roles split.
         "train_s": statistics.median(r["time/train_s"] + r.get("time/prepare_s", 0) for r in rows),
         "completion_tokens": statistics.mean(r["completion/length"] for r in rows),
+        "decode_saved": statistics.mean(r["rollout/decode_saved"] for r in rows),
+        "prefill_saved": statistics.mean(r["rollout/prefill_saved"] for r in rows),
     }
 
 
-def run_trl(args, export_dir: str) -> dict:
-    import datasets
-    import torch
-    import transformers
-    from trl import GRPOConfig, GRPOTrainer
-
+def chain_sum_source(args):
+    """The prompts every system trains on (reasoning-gym chain_sum, seed 0)."""
     from jaxrl_llm.data import ReasoningGymSource
-    from jaxrl_llm.rewards import task_reward
 
-    torch.manual_seed(0)
-    source = ReasoningGymSource(
+    return ReasoningGymSource(
         "chain_sum",
         seed=0,
         size=PROMPTS * (args.steps + 1),
@@ -98,6 +108,34 @@ def run_trl(args, export_dir: str) -> dict:
         min_digits=1,
         max_digits=2,
     )
+
+
+def run_tunix(args, export_dir: str, workdir: str) -> dict | None:
+    """Tunix's GRPO learner through `tunix_grpo.py` in the Tunix interpreter."""
+    prompts = os.path.join(workdir, "prompts.json")
+    with open(prompts, "w") as f:
+        json.dump([{"question": e.question, "answer": e.answer} for e in chain_sum_source(args)], f)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tunix_grpo.py")
+    cmd = [args.tunix_python, script, "--export-dir", export_dir, "--prompts-json", prompts]
+    out = subprocess.run(cmd + ["--steps", str(args.steps)], capture_output=True, text=True)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("SYSTEM_RESULT ")]
+    if out.returncode != 0 or not lines:
+        print(f"# tunix failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
+        return None
+    result = json.loads(lines[-1][len("SYSTEM_RESULT ") :])
+    return {**result, "reward_s": float("nan"), "compiles": 0, "train_rows": float("nan")}
+
+
+def run_trl(args, export_dir: str) -> dict:
+    import datasets
+    import torch
+    import transformers
+    from trl import GRPOConfig, GRPOTrainer
+
+    from jaxrl_llm.rewards import task_reward
+
+    torch.manual_seed(0)
+    source = chain_sum_source(args)
     examples = {e.question: e for e in source}
     dataset = datasets.Dataset.from_list(
         [{"prompt": [{"role": "user", "content": q}], "question": q} for q in examples]
@@ -172,7 +210,12 @@ def run_trl(args, export_dir: str) -> dict:
     }
 
 
-SYSTEMS = {"packed": "jaxrl_llm packed", "unpacked": "jaxrl_llm", "trl": "TRL GRPOTrainer"}
+SYSTEMS = {
+    "packed": "jaxrl_llm packed",
+    "unpacked": "jaxrl_llm",
+    "trl": "TRL GRPOTrainer",
+    "tunix": "Tunix GRPOLearner",
+}
 
 
 def run_system(args, system: str, workdir: str) -> dict:
@@ -208,10 +251,11 @@ def main():
         "--steps", type=int, default=3, help="timed steps per side (after 1 warm-up)"
     )
     parser.add_argument("--skip-trl", action="store_true")
-    parser.add_argument("--pack-width", type=int, default=384, help="packed row width")
+    parser.add_argument("--pack-width", type=int, default=192, help="packed row width")
     parser.add_argument("--pack-row-multiple", type=int, default=2)
     parser.add_argument("--skip-unpacked", action="store_true")
     parser.add_argument("--skip-packed", action="store_true")
+    parser.add_argument("--tunix-python", help="a Python with google-tunix: adds Tunix")
     parser.add_argument("--system", choices=sorted(SYSTEMS), help=argparse.SUPPRESS)
     parser.add_argument("--export-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -226,19 +270,23 @@ def main():
             ("packed", args.skip_packed),
             ("unpacked", args.skip_unpacked),
             ("trl", args.skip_trl),
+            ("tunix", not args.tunix_python),
         )
         if not skip
     ]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         export_dir = None
-        if "trl" in systems:
+        if "trl" in systems or "tunix" in systems:
             export_dir = os.path.join(tmp, "export")
             subprocess.run(
                 [sys.executable, "-c", _EXPORT.format(export_dir=export_dir)], check=True
             )
         for system in systems:
-            result = system_in_subprocess(args, system, export_dir)
+            if system == "tunix":
+                result = run_tunix(args, export_dir, tmp)
+            else:
+                result = system_in_subprocess(args, system, export_dir)
             if result is not None:
                 results[SYSTEMS[system]] = result
 
@@ -251,7 +299,8 @@ def main():
     )
     header = (
         "| system | s/step | rollout s | reward s | train s | mean completion tokens "
-        "| train rows | compiles left out | peak RSS GB | TRL s/step / this |"
+        "| train rows | compiles left out | decode saved | prefill saved | peak RSS GB "
+        "| TRL s/step / this |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
@@ -261,17 +310,25 @@ def main():
         print(
             f"| {name} | {r['step_s']:.1f} | {r['rollout_s']:.1f} | {r['reward_s']:.2f} "
             f"| {r['train_s']:.1f} | {r['completion_tokens']:.1f} | {r['train_rows']:.1f} "
-            f"| {r['compiles']} | {r['peak_rss_gb']:.1f} | {ratio} |"
+            f"| {r['compiles']} | {_share(r, 'decode_saved')} | {_share(r, 'prefill_saved')} "
+            f"| {r['peak_rss_gb']:.1f} | {ratio} |"
         )
-    if trl is not None:
+    for peer_name in ("TRL GRPOTrainer", "Tunix GRPOLearner"):
+        peer = results.get(peer_name)
+        if peer is None:
+            continue
         for name in [n for n in results if n.startswith("jaxrl_llm")]:
             ours = results[name]
             print(
-                f"{name}: {trl['step_s'] / ours['step_s']:.2f}x TRL per step; "
-                f"rollout {trl['rollout_s'] / ours['rollout_s']:.2f}x, "
-                f"training {trl['train_s'] / ours['train_s']:.2f}x, "
-                f"peak memory {ours['peak_rss_gb']:.1f} GB against {trl['peak_rss_gb']:.1f} GB"
+                f"{name}: {peer['step_s'] / ours['step_s']:.2f}x {peer_name} per step; "
+                f"rollout {peer['rollout_s'] / ours['rollout_s']:.2f}x, "
+                f"training {peer['train_s'] / ours['train_s']:.2f}x, "
+                f"peak memory {ours['peak_rss_gb']:.1f} GB against {peer['peak_rss_gb']:.1f} GB"
             )
+
+
+def _share(result: dict, key: str) -> str:
+    return f"{100 * result[key]:.0f}%" if key in result else "-"
 
 
 # The weights TRL trains: our GGUF load exported as float32 safetensors (in its own process).

@@ -163,8 +163,10 @@ def _decode(
     return jax.lax.while_loop(cond, body, pool)
 
 
-class ContinuousGenerator:
+class ContinuousGenerator(Generator):
     """`Generator`'s rollouts through continuous batching over `num_slots` decode slots.
+
+    Called like `Generator` (same arguments, same `Rollout` layout).
 
     Args:
       model: a `Transformer`.
@@ -193,18 +195,9 @@ class ContinuousGenerator:
     ):
         if num_slots < 1:
             raise ValueError(f"ContinuousGenerator: num_slots={num_slots} must be >= 1.")
-        self.model = model
-        self.config = config
+        super().__init__(model, config, cache_shardings=cache_shardings)
         self.num_slots = num_slots
         self.refill_at = min(num_slots, refill_at or max(MIN_ADMIT, num_slots // 4))
-        self.cache_shardings = cache_shardings
-        self._plain = Generator(model, config, cache_shardings=cache_shardings)
-
-    def __call__(self, prompts, *, seed=0, params=None, max_new_tokens=None) -> Rollout:
-        """Completions of `prompts`, as `Generator.__call__` (same arguments, same layout)."""
-        return self.generate_with_work(
-            prompts, seed=seed, params=params, max_new_tokens=max_new_tokens
-        )[0]
 
     def generate_with_work(
         self,
@@ -233,7 +226,7 @@ class ContinuousGenerator:
         if params is not None:
             state = params
         kw = dict(graphdef=graphdef, static=static, cache_shardings=self.cache_shardings)
-        eos, stop = jnp.asarray(self._plain._eos), jnp.asarray(self._plain._stop)
+        eos, stop = jnp.asarray(self._eos), jnp.asarray(self._stop)
         pool = self._empty_pool(packed.tokens[:num_rows])
         queue = collections.deque(range(num_rows))
         prefix = jnp.asarray(plan.prefix)
@@ -298,7 +291,7 @@ class ContinuousGenerator:
         return RowOptions(
             prompt_len=jnp.asarray(lengths),
             keys=keys,
-            budget=jnp.asarray(self._plain._budgets(max_new_tokens, num_rows, rows)),
+            budget=jnp.asarray(self._budgets(max_new_tokens, num_rows, rows)),
             temperature=jnp.asarray(_per_row(c.temperature, num_rows, rows, 1.0)),
             top_p=jnp.asarray(_per_row(c.top_p, num_rows, rows, 1.0)),
             min_p=jnp.asarray(_per_row(c.min_p, num_rows, rows, 0.0)),
@@ -319,7 +312,7 @@ class ContinuousGenerator:
         shardings = resolve_cache_shardings(cache, self.cache_shardings)
         if shardings is not None:
             cache = jax.device_put(cache, shardings)
-        width = self._plain._stop.shape[1]
+        width = self._stop.shape[1]
         return _Pool(
             rows=RowResults(
                 tokens=jnp.asarray(tokens),

@@ -1,17 +1,24 @@
-"""Jitted batched generation: bucketed prefill, then a `lax.while_loop` decode over a KV cache.
+"""Jitted batched generation: shared prefill, then a compacting `lax.while_loop` decode.
 
     rollout = generate(model, prompts, max_new_tokens=128, temperature=1.0, seed=0)
 
 One compiled program per (model structure, padded batch, prompt bucket, static options) does the
 whole rollout on device:
 
-  1. prefill: the right-padded prompts [B, P] run through the model once, filling cache slots
-     0..P-1 (slot = absolute position). A row's padding slots p_b..P-1 hold junk that attention
-     never sees: decode step j writes slot p_b + j before any query at that position reads it.
+  1. prefill (`prefix_sharing`, see `prefix_sharing.plan_prefill`): the different prompts,
+     right-padded to [U, P], run through the model once, filling cache slots 0..P-1 (slot =
+     absolute position); identical prompts (a GRPO group) share one row, whose cache rows are
+     then copied to each of them; with "common", the prefix all prompts share runs once first.
+     A row's padding slots p_b..P-1 hold junk that attention never sees: decode step j writes
+     slot p_b + j before any query at that position reads it.
   2. the first token of every row is sampled from the logits at its last prompt position.
-  3. `lax.while_loop`: feed each row's previous token at position p_b + j - 1, sample token j, and
-     write it at position p_b + j; stop when every row has finished (EOS id, stop sequence) or
-     `max_new_tokens` tokens were sampled.
+  3. decode stages (`compaction`): a `lax.while_loop` feeds each row's previous token at position
+     p_b + j - 1, samples token j and writes it at position p_b + j, until the rows still
+     running fit the next stage's batch (half the size); then those rows (with their cache,
+     keys, last tokens and stop windows) are gathered into it and the next loop goes on. A row
+     finishes at an EOS id, a stop sequence, or its token budget; the last stage runs until
+     every row has finished or `max_new_tokens` tokens were sampled. Results are written by
+     row into [B, T] arrays, so compaction never changes the layout.
 
 Parameters enter the program as arguments (never baked-in constants), so the same executable
 serves every weight update, and the computation follows their sharding: params sharded by the
@@ -19,7 +26,9 @@ decode rule set run tensor-parallel. The KV cache is created inside the program;
 `cache_shardings=CacheLayout(mesh, DECODE_RULES)` to constrain its layout.
 
 Reproducibility: row b samples step j with `fold_in(fold_in(key(seed), b), j)` (or a per-row
-seed), so a prompt's completion does not depend on the rest of the batch.
+seed), so a prompt's completion does not depend on the rest of the batch, nor on which slot of
+which stage it decodes in. `DecodeWork` reports the prefill positions and decode row-steps
+computed against the plain engine's (every row prefilled in full, the batch never shrunk).
 """
 
 from __future__ import annotations
