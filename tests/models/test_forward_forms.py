@@ -136,7 +136,7 @@ def _reachable_computations(hlo: str, roots: set[str]) -> dict[str, str]:
 
 
 def test_decode_loop_copies_no_weight_and_no_cache():
-    """Inside the while loop of the generate program: no copy or transpose of a weight or cache.
+    """Inside the while loops of the generate program: no copy or transpose of a weight or cache.
 
     A multi-axis einsum used to transpose the output projection [N, H, D] every step (a copy
     of every o_proj weight per token); the cache must be updated in place.
@@ -145,15 +145,23 @@ def test_decode_loop_copies_no_weight_and_no_cache():
                          intermediate_size=72, num_layers=2, vocab_size=300)  # fmt: skip
     model = init_model(config, seed=0)
     graphdef, state = nnx.split(model)
-    batch, prompt, new = 3, 16, 8
+    batch, prompt, new = 16, 16, 8
+    stages = (16, 8)  # compaction: a second loop at half the batch
     static = _Static(max_new_tokens=new, top_k=None, use_top_p=False, use_min_p=False, pad_id=0,
-                     cache_dtype=None)  # fmt: skip
+                     cache_dtype=None, stages=stages, copies_rows=False)  # fmt: skip
+    prompt_bt = jnp.ones((batch, prompt), jnp.int32)
+    lengths_b = jnp.full((batch,), 5, jnp.int32)
     args = (
         state,
-        jnp.ones((batch, prompt), jnp.int32),
-        jnp.full((batch,), 5, jnp.int32),
+        prompt_bt,
+        lengths_b,
+        jnp.zeros((0,), jnp.int32),  # no shared prefix
+        prompt_bt,
+        lengths_b,
+        jnp.arange(batch, dtype=jnp.int32),
         jnp.ones((batch,), bool),
         sequence_keys(0, batch),
+        jnp.full((batch,), new, jnp.int32),
         jnp.ones((batch,), jnp.float32),
         jnp.ones((batch,), jnp.float32),
         jnp.zeros((batch,), jnp.float32),
@@ -166,12 +174,12 @@ def test_decode_loop_copies_no_weight_and_no_cache():
         .as_text()
     )
     loop_bodies = set(re.findall(r" while\([^\n]*body=%([\w.\-]+)", hlo))
-    assert loop_bodies, "no while loop in the generate program"
+    assert len(loop_bodies) >= len(stages), "a while loop per compaction stage"
     inside = "\n".join(_reachable_computations(hlo, loop_bodies).values())
     weight_shapes = {tuple(x.shape) for x in jax.tree.leaves(state) if x.ndim >= 2}
     cache_slots = prompt + new - 1
     forbidden = {s for w in weight_shapes for s in (w, w[::-1])}
-    forbidden |= {(batch, config.num_kv_heads, cache_slots, config.head_dim)}
+    forbidden |= {(b, config.num_kv_heads, cache_slots, config.head_dim) for b in stages}
     # A weight's or a cache's element count under any dimension order.
     sizes = {math.prod(s) for s in forbidden}
     offenders = []
