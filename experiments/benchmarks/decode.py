@@ -43,7 +43,6 @@ import importlib.util
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +54,7 @@ from jaxrl_llm.models import from_pretrained, resolve_model_path
 from jaxrl_llm.rollout import GenerationConfig, Generator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import matmul_rate, read_bandwidth  # noqa: E402
+from machine import matmul_rate, read_bandwidth, run_for_result  # noqa: E402
 
 _TOPICS = [
     "a fox who learns to paint", "the history of bread", "why the sky is blue",
@@ -364,12 +363,7 @@ def peer_in_subprocess(name: str, args, cases: dict, new_tokens: int) -> dict | 
         cmd = [sys.executable, os.path.abspath(__file__), "--peer", name, "--model", args.model]
         cmd += ["--prompts-file", prompts_file, "--new-tokens", str(new_tokens)]
         cmd += ["--repeats", str(args.repeats)]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("PEER_RESULT ")]
-    if out.returncode != 0 or not lines:
-        print(f"# {name} failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
-        return None
-    return json.loads(lines[-1][len("PEER_RESULT ") :])
+        return run_for_result(cmd, "PEER_RESULT", name)
 
 
 def main(argv=None):

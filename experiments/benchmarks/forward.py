@@ -38,7 +38,6 @@ import functools
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
@@ -53,7 +52,13 @@ from jaxrl_llm.rollout.engine import decode_step, next_token_logits
 from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import best_seconds, matmul_rate, peak_rss_bytes, read_bandwidth  # noqa: E402
+from machine import (  # noqa: E402
+    best_seconds,
+    matmul_rate,
+    peak_rss_bytes,
+    read_bandwidth,
+    run_for_result,
+)
 
 LOOP_STEPS = 16
 
@@ -317,12 +322,9 @@ def run_train(model_config, rows, width, policies, repeats: int) -> list[dict]:
         cmd = [sys.executable, os.path.abspath(__file__), "--train-child", "--remat", policy]
         cmd += ["--rows", str(rows), "--width", str(width), "--train-repeats", str(repeats)]
         cmd += ["--model-config", json.dumps(dataclasses.asdict(model_config))]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        lines = [x for x in out.stdout.splitlines() if x.startswith("TRAIN_RESULT ")]
-        if out.returncode != 0 or not lines:
-            print(f"# remat={policy} failed (rc {out.returncode}): {out.stderr[-1500:]}")
+        r = run_for_result(cmd, "TRAIN_RESULT", f"remat={policy}")
+        if r is None:
             continue
-        r = json.loads(lines[-1][len("TRAIN_RESULT ") :])
         r["matmuls"] = floor
         results.append(r)
         print(

@@ -46,7 +46,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import peak_rss_bytes  # noqa: E402
+from machine import peak_rss_bytes, run_for_result  # noqa: E402
 
 PROMPTS, GROUP, MAX_NEW = 8, 4, 128
 
@@ -117,12 +117,9 @@ def run_tunix(args, export_dir: str, workdir: str) -> dict | None:
         json.dump([{"question": e.question, "answer": e.answer} for e in chain_sum_source(args)], f)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tunix_grpo.py")
     cmd = [args.tunix_python, script, "--export-dir", export_dir, "--prompts-json", prompts]
-    out = subprocess.run(cmd + ["--steps", str(args.steps)], capture_output=True, text=True)
-    lines = [x for x in out.stdout.splitlines() if x.startswith("SYSTEM_RESULT ")]
-    if out.returncode != 0 or not lines:
-        print(f"# tunix failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
+    result = run_for_result(cmd + ["--steps", str(args.steps)], "SYSTEM_RESULT", "tunix")
+    if result is None:
         return None
-    result = json.loads(lines[-1][len("SYSTEM_RESULT ") :])
     return {**result, "reward_s": float("nan"), "compiles": 0, "train_rows": float("nan")}
 
 
@@ -235,12 +232,7 @@ def system_in_subprocess(args, system: str, export_dir: str | None) -> dict | No
     cmd += ["--pack-row-multiple", str(args.pack_row_multiple)]
     if export_dir:
         cmd += ["--export-dir", export_dir]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    lines = [x for x in out.stdout.splitlines() if x.startswith("SYSTEM_RESULT ")]
-    if out.returncode != 0 or not lines:
-        print(f"# {system} failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
-        return None
-    return json.loads(lines[-1][len("SYSTEM_RESULT ") :])
+    return run_for_result(cmd, "SYSTEM_RESULT", system)
 
 
 def main():

@@ -6,12 +6,15 @@ read_bandwidth()   bytes/s of a read-only reduction over 1 GiB, on every core (X
                    llama.cpp beat the decode "limit" derived from it.
 matmul_rate()      FLOP/s of a float32 2048^3 matmul (numpy/OpenBLAS, every core).
 peak_rss_bytes()   this process's peak resident set size so far.
+run_for_result()   a benchmark child process's JSON result line (each system in its own process).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import subprocess
 import sys
 import time
 
@@ -60,3 +63,18 @@ def peak_rss_bytes() -> int:
     """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def run_for_result(cmd: list[str], marker: str, label: str) -> dict | None:
+    """Runs `cmd`; returns the JSON after its last stdout line starting with `marker` + " ".
+
+    A child that fails or prints no such line returns None, after a line naming `label` with
+    its exit code and the end of its stderr.
+    """
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    prefix = marker + " "
+    lines = [x for x in out.stdout.splitlines() if x.startswith(prefix)]
+    if out.returncode != 0 or not lines:
+        print(f"# {label} failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
+        return None
+    return json.loads(lines[-1][len(prefix) :])

@@ -44,16 +44,17 @@ from jaxrl_llm.rollout.engine import (
     RowResults,
     _constrain,
     _extend_cache,
-    _per_row,
     _shared_prefill,
     _Static,
     decode_step,
+    initial_rows,
+    initial_slots,
     record_tokens,
     resolve_cache_shardings,
+    rollout_of,
 )
 from jaxrl_llm.rollout.prefix_sharing import plan_prefill
-from jaxrl_llm.rollout.sampling import sequence_keys
-from jaxrl_llm.rollout.types import FinishReason, Rollout
+from jaxrl_llm.rollout.types import Rollout
 
 Array = jax.Array
 
@@ -72,14 +73,19 @@ class _Pool(NamedTuple):
     decode_steps: Array  # [] decode forward passes
 
 
+# The slot programs: compiled per model structure, static options and cache layout; the pool
+# (cache and results) is donated, so slots are updated in place.
+_slot_program = functools.partial(
+    jax.jit, static_argnames=("graphdef", "static", "cache_shardings"), donate_argnames=("pool",)
+)
+
+
 def _free_slots(pool: _Pool) -> Array:
     """bool [num_slots]: the slot holds no unfinished row."""
     return pool.rows.done[pool.slots.rows]
 
 
-@functools.partial(
-    jax.jit, static_argnames=("graphdef", "static", "cache_shardings"), donate_argnames=("pool",)
-)
+@_slot_program
 def _admit(
     state,
     pool: _Pool,
@@ -104,15 +110,10 @@ def _admit(
     logits_kv, cache = _shared_prefill(
         model, prefix_l, suffix_ks, suffix_len_k, prompt_bucket, cache_dtype, cache_shardings
     )
-    k = rows_k.shape[0]
-    new = DecodeSlots(
-        rows=rows_k,
-        cache=cache,
-        last_token=jnp.zeros((k,), jnp.int32),
-        window=jnp.full((k, stop_sw.shape[1]), batching.WINDOW_EMPTY, jnp.int32),
-    )
+    new = initial_slots(rows_k, cache, stop_sw.shape[1])
+    first_b = jnp.zeros(rows_k.shape, jnp.int32)
     rows, new = record_tokens(
-        pool.rows, new, jnp.zeros((k,), jnp.int32), logits_kv, options, eos_ids_e, stop_sw, static
+        pool.rows, new, first_b, logits_kv, options, eos_ids_e, stop_sw, static
     )
 
     def install(big, small):
@@ -126,9 +127,7 @@ def _admit(
     )
 
 
-@functools.partial(
-    jax.jit, static_argnames=("graphdef", "static", "cache_shardings"), donate_argnames=("pool",)
-)
+@_slot_program
 def _decode(
     state,
     pool: _Pool,
@@ -220,8 +219,10 @@ class ContinuousGenerator(Generator):
             prompts, padded_batch=num_rows, prompt_bucket=prompt_bucket, pad_id=config.pad_id,
             mode=mode,
         )  # fmt: skip
-        static = self._static()
-        options = self._row_options(packed, seed, max_new_tokens)
+        static = self._program_options((n,), copies_rows=False)
+        prompt_len = np.ones((num_rows + 1,), np.int32)  # and the scratch row's
+        prompt_len[:num_rows] = packed.lengths[:num_rows]
+        options = self._row_options(prompt_len, num_rows, seed, max_new_tokens)
         graphdef, state = nnx.split(self.model)
         if params is not None:
             state = params
@@ -252,7 +253,8 @@ class ContinuousGenerator(Generator):
             free = np.nonzero(np.asarray(_free_slots(pool)))[0]
             if not queue and len(free) == n:
                 break
-        rollout = self._rollout(pool, packed, num_rows, prompt_bucket)
+        rows = jax.tree.map(lambda x: x[:num_rows], pool.rows)
+        rollout = rollout_of(rows, options.prompt_len[:num_rows])
         steps = int(np.asarray(rollout.lengths).max()) - 1
         work = DecodeWork(
             prefill_tokens=jnp.int32(prefill_tokens),
@@ -263,89 +265,23 @@ class ContinuousGenerator(Generator):
         )
         return rollout, work
 
-    def _static(self) -> _Static:
-        c = self.config
-        return _Static(
-            max_new_tokens=int(c.max_new_tokens),
-            top_k=c.top_k,
-            use_top_p=c.top_p is not None,
-            use_min_p=c.min_p is not None,
-            pad_id=int(c.pad_id),
-            cache_dtype=c.cache_dtype,
-            stages=(self.num_slots,),
-            copies_rows=False,
-        )
-
-    def _row_options(self, packed, seed, max_new_tokens) -> RowOptions:
-        """Per-row options over R prompts plus the scratch row R."""
-        c, num_rows = self.config, packed.batch_size
-        rows = num_rows + 1
-        if isinstance(seed, (int, np.integer)):
-            keys = sequence_keys(seed, rows)
-        else:
-            if len(seed) != num_rows:
-                raise ValueError(f"generate: got {len(seed)} seeds for {num_rows} prompts.")
-            keys = sequence_keys(list(seed) + [0], rows)
-        lengths = np.ones((rows,), np.int32)
-        lengths[:num_rows] = packed.lengths[:num_rows]
-        return RowOptions(
-            prompt_len=jnp.asarray(lengths),
-            keys=keys,
-            budget=jnp.asarray(self._budgets(max_new_tokens, num_rows, rows)),
-            temperature=jnp.asarray(_per_row(c.temperature, num_rows, rows, 1.0)),
-            top_p=jnp.asarray(_per_row(c.top_p, num_rows, rows, 1.0)),
-            min_p=jnp.asarray(_per_row(c.min_p, num_rows, rows, 0.0)),
-        )
-
     def _empty_pool(self, prompt_tokens: np.ndarray) -> _Pool:
         """Every slot empty (pointing at the scratch row), every prompt's row unfinished."""
         c, n = self.config, self.num_slots
         num_rows, prompt_bucket = prompt_tokens.shape
         total = prompt_bucket + int(c.max_new_tokens)
-        tokens = np.full((num_rows + 1, total), c.pad_id, np.int32)
-        tokens[:num_rows, :prompt_bucket] = prompt_tokens
-        done = np.zeros((num_rows + 1,), bool)
-        done[num_rows] = True
+        prompt_bt = np.full((num_rows + 1, prompt_bucket), c.pad_id, np.int32)
+        prompt_bt[:num_rows] = prompt_tokens
+        done = np.arange(num_rows + 1) == num_rows
         cache_dtype = None if c.cache_dtype is None else jnp.dtype(c.cache_dtype)
         cache: KVCache = self.model.init_cache(n, prompt_bucket, dtype=cache_dtype)
         cache = _extend_cache(cache, total - 1 - prompt_bucket)
         shardings = resolve_cache_shardings(cache, self.cache_shardings)
         if shardings is not None:
             cache = jax.device_put(cache, shardings)
-        width = self._stop.shape[1]
         return _Pool(
-            rows=RowResults(
-                tokens=jnp.asarray(tokens),
-                # Separate buffers: the pool is donated, and a buffer may be donated only once.
-                logprobs=jnp.zeros((num_rows + 1, total), jnp.float32),
-                raw_logprobs=jnp.zeros((num_rows + 1, total), jnp.float32),
-                done=jnp.asarray(done),
-                lengths=jnp.zeros((num_rows + 1,), jnp.int32),
-                finish=jnp.full((num_rows + 1,), int(FinishReason.LENGTH), jnp.int32),
-            ),
-            slots=DecodeSlots(
-                rows=jnp.full((n,), num_rows, jnp.int32),
-                cache=cache,
-                last_token=jnp.zeros((n,), jnp.int32),
-                window=jnp.full((n, width), batching.WINDOW_EMPTY, jnp.int32),
-            ),
+            rows=initial_rows(jnp.asarray(prompt_bt), int(c.max_new_tokens), c.pad_id, done_b=done),
+            slots=initial_slots(jnp.full((n,), num_rows, jnp.int32), cache, self._stop.shape[1]),
             row_steps=jnp.zeros((), jnp.int32),
             decode_steps=jnp.zeros((), jnp.int32),
-        )
-
-    def _rollout(self, pool: _Pool, packed, num_rows: int, prompt_bucket: int) -> Rollout:
-        rows = jax.tree.map(lambda x: x[:num_rows], pool.rows)
-        prompt_len = jnp.asarray(packed.lengths[:num_rows])
-        columns = jnp.arange(rows.tokens.shape[1])[None, :]
-        completion = (columns >= prompt_len[:, None]) & (
-            columns < (prompt_len + rows.lengths)[:, None]
-        )
-        return Rollout(
-            tokens=rows.tokens,
-            completion_mask=completion,
-            logprobs=rows.logprobs,
-            raw_logprobs=rows.raw_logprobs,
-            prompt_lengths=prompt_len,
-            lengths=rows.lengths,
-            finish_reason=rows.finish,
         )

@@ -400,6 +400,53 @@ def record_tokens(
     return rows, slots._replace(last_token=out.tokens, window=window)
 
 
+def initial_rows(prompt_bt: Array, max_new_tokens: int, pad_id: int, *, done_b: Array):
+    """`RowResults` before any token: prompts [B, P] left-aligned in [B, P + N], pad after.
+
+    `done_b` bool [B] marks rows that never decode (padding rows). Every array is its own
+    buffer, so the results may be donated.
+    """
+    batch, prompt_bucket = prompt_bt.shape
+    total = prompt_bucket + max_new_tokens
+    tokens_bt = jnp.full((batch, total), pad_id, jnp.int32)
+    return RowResults(
+        tokens=tokens_bt.at[:, :prompt_bucket].set(prompt_bt),
+        logprobs=jnp.zeros((batch, total), jnp.float32),
+        raw_logprobs=jnp.zeros((batch, total), jnp.float32),
+        done=jnp.asarray(done_b),
+        lengths=jnp.zeros((batch,), jnp.int32),
+        finish=jnp.full((batch,), int(FinishReason.LENGTH), jnp.int32),
+    )
+
+
+def initial_slots(rows_b: Array, cache: KVCache, window: int) -> DecodeSlots:
+    """Slots holding `rows_b` [b] with `cache` and no token sampled yet."""
+    b = rows_b.shape[0]
+    return DecodeSlots(
+        rows=rows_b,
+        cache=cache,
+        last_token=jnp.zeros((b,), jnp.int32),
+        window=jnp.full((b, window), batching.WINDOW_EMPTY, jnp.int32),
+    )
+
+
+def rollout_of(rows: RowResults, prompt_len_b: Array) -> Rollout:
+    """The `Rollout` of finished per-row results (the completion mask from the lengths)."""
+    columns = jnp.arange(rows.tokens.shape[1])[None, :]
+    completion_bt = (columns >= prompt_len_b[:, None]) & (
+        columns < (prompt_len_b + rows.lengths)[:, None]
+    )
+    return Rollout(
+        tokens=rows.tokens,
+        completion_mask=completion_bt,
+        logprobs=rows.logprobs,
+        raw_logprobs=rows.raw_logprobs,
+        prompt_lengths=prompt_len_b,
+        lengths=rows.lengths,
+        finish_reason=rows.finish,
+    )
+
+
 def _shared_prefill(
     model, prefix_l, suffix_us, suffix_len_u, prompt_len: int, cache_dtype, cache_shardings
 ):
@@ -423,17 +470,12 @@ def _shared_prefill(
 def _generate_padded(
     state,
     prompt_bt,
-    prompt_len_b,
     prefix_l,
     suffix_us,
     suffix_len_u,
     source_b,
     active_b,
-    keys_b,
-    budget_b,
-    temperature_b,
-    top_p_b,
-    min_p_b,
+    options: RowOptions,
     eos_ids_e,
     stop_sw,
     *,
@@ -457,8 +499,6 @@ def _generate_padded(
         logits_bv, cache = jnp.take(logits_bv, source_b, axis=0), _take_rows(cache, source_b)
     cache = _constrain(_extend_cache(cache, total - 1 - prompt_bucket), cache_shardings)
 
-    options = RowOptions(prompt_len_b, keys_b, budget_b, temperature_b, top_p_b, min_p_b)
-
     def record(s: _LoopState, logits_bv: Array) -> _LoopState:
         step_b = jnp.broadcast_to(s.step, s.slots.rows.shape)
         rows, slots = record_tokens(
@@ -466,25 +506,10 @@ def _generate_padded(
         )
         return s._replace(step=s.step + 1, rows=rows, slots=slots)
 
-    zeros_bt = jnp.zeros((batch, total), jnp.float32)
-    tokens_bt = jnp.full((batch, total), static.pad_id, jnp.int32)
-    tokens_bt = tokens_bt.at[:, :prompt_bucket].set(prompt_bt)
     init = _LoopState(
         step=jnp.zeros((), jnp.int32),
-        rows=RowResults(
-            tokens=tokens_bt,
-            logprobs=zeros_bt,
-            raw_logprobs=zeros_bt,
-            done=~active_b,
-            lengths=jnp.zeros((batch,), jnp.int32),
-            finish=jnp.full((batch,), int(FinishReason.LENGTH), jnp.int32),
-        ),
-        slots=DecodeSlots(
-            rows=jnp.arange(batch, dtype=jnp.int32),
-            cache=cache,
-            last_token=jnp.zeros((batch,), jnp.int32),
-            window=jnp.full((batch, stop_sw.shape[1]), batching.WINDOW_EMPTY, jnp.int32),
-        ),
+        rows=initial_rows(prompt_bt, n_new, static.pad_id, done_b=~active_b),
+        slots=initial_slots(jnp.arange(batch, dtype=jnp.int32), cache, stop_sw.shape[1]),
         row_steps=jnp.zeros((), jnp.int32),
     )
     s = record(init, logits_bv)
@@ -492,7 +517,7 @@ def _generate_padded(
     def body(s: _LoopState) -> _LoopState:
         # Finished rows in the batch keep computing (it is dense) but their writes are masked.
         slots = s.slots
-        positions = prompt_len_b[slots.rows] + s.step - 1
+        positions = options.prompt_len[slots.rows] + s.step - 1
         logits_bv, cache = decode_step(model, slots.last_token, positions, slots.cache)
         s = s._replace(
             slots=slots._replace(cache=_constrain(cache, cache_shardings)),
@@ -517,20 +542,7 @@ def _generate_padded(
 
         s = jax.lax.while_loop(cond, body, s)
 
-    final = s.rows
-    columns = jnp.arange(total)[None, :]
-    completion_bt = (columns >= prompt_len_b[:, None]) & (
-        columns < (prompt_len_b + final.lengths)[:, None]
-    )
-    rollout = Rollout(
-        tokens=final.tokens,
-        completion_mask=completion_bt,
-        logprobs=final.logprobs,
-        raw_logprobs=final.raw_logprobs,
-        prompt_lengths=prompt_len_b,
-        lengths=final.lengths,
-        finish_reason=final.finish,
-    )
+    rollout = rollout_of(s.rows, options.prompt_len)
     steps = s.step - 1
     prefill_tokens = prefix_l.shape[0] + suffix_us.size
     work = DecodeWork(
@@ -633,14 +645,7 @@ class Generator:
             min_batch_bucket=config.min_batch_bucket,
         )
         batch, padded = packed.batch_size, packed.tokens.shape[0]
-        if isinstance(seed, (int, np.integer)):
-            keys = sequence_keys(seed, padded)
-        else:
-            seeds = list(seed) + [0] * (padded - batch)
-            if len(seed) != batch:
-                raise ValueError(f"generate: got {len(seed)} seeds for {batch} prompts.")
-            keys = sequence_keys(seeds, padded)
-        budgets = self._budgets(max_new_tokens, batch, padded)
+        options = self._row_options(packed.lengths, batch, seed, max_new_tokens)
         plan = plan_prefill(
             prompts,
             padded_batch=padded,
@@ -651,41 +656,67 @@ class Generator:
         graphdef, state = nnx.split(self.model)
         if params is not None:
             state = params
-        static = _Static(
-            max_new_tokens=int(config.max_new_tokens),
-            top_k=config.top_k,
-            use_top_p=config.top_p is not None,
-            use_min_p=config.min_p is not None,
-            pad_id=int(config.pad_id),
-            cache_dtype=config.cache_dtype,
-            stages=compaction_stages(
-                padded, enabled=config.compaction, min_batch=config.min_compact_batch
-            ),
-            copies_rows=plan.copies_rows,
+        stages = compaction_stages(
+            padded, enabled=config.compaction, min_batch=config.min_compact_batch
         )
         out, work = _generate_padded(
             state,
             jnp.asarray(packed.tokens),
-            jnp.asarray(packed.lengths),
             jnp.asarray(plan.prefix),
             jnp.asarray(plan.suffixes),
             jnp.asarray(plan.suffix_lengths),
             jnp.asarray(plan.source),
             jnp.asarray(packed.active),
-            keys,
-            jnp.asarray(budgets),
-            jnp.asarray(_per_row(config.temperature, batch, padded, 1.0)),
-            jnp.asarray(_per_row(config.top_p, batch, padded, 1.0)),
-            jnp.asarray(_per_row(config.min_p, batch, padded, 0.0)),
+            options,
             jnp.asarray(self._eos),
             jnp.asarray(self._stop),
             graphdef=graphdef,
-            static=static,
+            static=self._program_options(stages, copies_rows=plan.copies_rows),
             cache_shardings=self.cache_shardings,
         )
         if padded != batch:
             out = Rollout(*(x[:batch] for x in out))
         return out, work
+
+    def _program_options(self, stages: tuple[int, ...], *, copies_rows: bool) -> _Static:
+        """The static options of a decode program for this config."""
+        c = self.config
+        return _Static(
+            max_new_tokens=int(c.max_new_tokens),
+            top_k=c.top_k,
+            use_top_p=c.top_p is not None,
+            use_min_p=c.min_p is not None,
+            pad_id=int(c.pad_id),
+            cache_dtype=c.cache_dtype,
+            stages=stages,
+            copies_rows=copies_rows,
+        )
+
+    def _row_options(self, prompt_len_b, batch: int, seed, max_new_tokens) -> RowOptions:
+        """`RowOptions` of B prompts padded to len(prompt_len_b) rows (padding rows: seed 0,
+        temperature 1, the full budget).
+
+        Args:
+          prompt_len_b: int [B_pad] prompt lengths, padding rows included.
+          batch: B, the real prompts.
+          seed: one int (row b: `fold_in(key(seed), b)`) or one int per prompt.
+          max_new_tokens: None or a budget per prompt (see `__call__`).
+        """
+        c, padded = self.config, len(prompt_len_b)
+        if isinstance(seed, (int, np.integer)):
+            keys = sequence_keys(seed, padded)
+        else:
+            if len(seed) != batch:
+                raise ValueError(f"generate: got {len(seed)} seeds for {batch} prompts.")
+            keys = sequence_keys(list(seed) + [0] * (padded - batch), padded)
+        return RowOptions(
+            prompt_len=jnp.asarray(prompt_len_b, jnp.int32),
+            keys=keys,
+            budget=jnp.asarray(self._budgets(max_new_tokens, batch, padded)),
+            temperature=jnp.asarray(_per_row(c.temperature, batch, padded, 1.0)),
+            top_p=jnp.asarray(_per_row(c.top_p, batch, padded, 1.0)),
+            min_p=jnp.asarray(_per_row(c.min_p, batch, padded, 0.0)),
+        )
 
     def _budgets(self, max_new_tokens, batch: int, padded: int) -> np.ndarray:
         """int32 [padded] per-row token budgets (config.max_new_tokens where none is given)."""

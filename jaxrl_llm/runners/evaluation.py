@@ -40,32 +40,19 @@ def greedy_accuracy(
     prefilled once. Otherwise fixed batches, padded to `batch_size` so each reuses one compiled
     program, decode until their longest row finishes. Greedy completions are the same.
     """
-    if continuous:
-        texts, ids = prompt_ids(
-            tokenizer, examples, system_prompt=system_prompt, instruction_suffix=instruction_suffix
-        )
-        config = chat_generation_config(
-            tokenizer,
-            max_new_tokens=max_new_tokens,
-            temperature=0.0,
-            min_prompt_bucket=min_prompt_bucket,
-            prefix_sharing="common",
-        )
-        generator = ContinuousGenerator(model, config, num_slots=batch_size)
-        rollout = generator(ids, seed=0, params=params)
-        out = rewards(texts, completion_texts(tokenizer, rollout), list(examples))
-        return _summary(out.per_function["task"].tolist(), np.asarray(rollout.lengths).tolist())
-    generator = chat_generator(
-        model,
-        tokenizer,
-        max_new_tokens=max_new_tokens,
-        temperature=0.0,
-        min_prompt_bucket=min_prompt_bucket,
-        min_batch_bucket=batch_size,
+    fields = dict(
+        max_new_tokens=max_new_tokens, temperature=0.0, min_prompt_bucket=min_prompt_bucket
     )
+    if continuous:
+        config = chat_generation_config(tokenizer, prefix_sharing="common", **fields)
+        generator = ContinuousGenerator(model, config, num_slots=batch_size)
+        chunk_size = max(len(examples), 1)  # the batcher takes every prompt at once
+    else:
+        generator = chat_generator(model, tokenizer, min_batch_bucket=batch_size, **fields)
+        chunk_size = batch_size
     scores, lengths = [], []
-    for start in range(0, len(examples), batch_size):
-        chunk = list(examples[start : start + batch_size])
+    for start in range(0, len(examples), chunk_size):
+        chunk = list(examples[start : start + chunk_size])
         texts, ids = prompt_ids(
             tokenizer, chunk, system_prompt=system_prompt, instruction_suffix=instruction_suffix
         )
@@ -73,10 +60,6 @@ def greedy_accuracy(
         out = rewards(texts, completion_texts(tokenizer, rollout), chunk)
         scores.extend(out.per_function["task"].tolist())
         lengths.extend(np.asarray(rollout.lengths).tolist())
-    return _summary(scores, lengths)
-
-
-def _summary(scores, lengths) -> dict[str, float]:
     return {
         "accuracy": accuracy(scores),
         "score": float(np.mean(scores)),

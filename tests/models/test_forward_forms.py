@@ -15,8 +15,7 @@ from jaxrl_llm.models import REMAT_POLICIES, init_model, tiny_config
 from jaxrl_llm.models.layers import decode_attention, dense, grouped_query_attention
 from jaxrl_llm.models.transformer import remat_policy
 from jaxrl_llm.rollout import GenerationConfig, Generator
-from jaxrl_llm.rollout.engine import _generate_padded, _Static
-from jaxrl_llm.rollout.sampling import sequence_keys
+from jaxrl_llm.rollout.engine import _generate_padded
 
 RNG = np.random.default_rng(0)
 
@@ -147,24 +146,19 @@ def test_decode_loop_copies_no_weight_and_no_cache():
     graphdef, state = nnx.split(model)
     batch, prompt, new = 16, 16, 8
     stages = (16, 8)  # compaction: a second loop at half the batch
-    static = _Static(max_new_tokens=new, top_k=None, use_top_p=False, use_min_p=False, pad_id=0,
-                     cache_dtype=None, stages=stages, copies_rows=False)  # fmt: skip
+    generator = Generator(model, GenerationConfig(max_new_tokens=new, eos_ids=()))
+    static = generator._program_options(stages, copies_rows=False)
     prompt_bt = jnp.ones((batch, prompt), jnp.int32)
     lengths_b = jnp.full((batch,), 5, jnp.int32)
     args = (
         state,
         prompt_bt,
-        lengths_b,
         jnp.zeros((0,), jnp.int32),  # no shared prefix
         prompt_bt,
         lengths_b,
         jnp.arange(batch, dtype=jnp.int32),
         jnp.ones((batch,), bool),
-        sequence_keys(0, batch),
-        jnp.full((batch,), new, jnp.int32),
-        jnp.ones((batch,), jnp.float32),
-        jnp.ones((batch,), jnp.float32),
-        jnp.zeros((batch,), jnp.float32),
+        generator._row_options(lengths_b, batch, 0, None),
         jnp.asarray([-1], jnp.int32),
         jnp.full((1, 1), -1, jnp.int32),
     )
