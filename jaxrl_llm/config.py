@@ -44,12 +44,13 @@ def base_config() -> ml_collections.ConfigDict:
     )
 
     c.task = ml_collections.ConfigDict()
-    # reasoning-gym generator; SmolLM2-135M-Instruct starts near 30% here (last-number answers).
+    # A task preset (jaxrl_llm.data.presets: chain_sum, gcd, lcm, products, leg_counting, ...)
+    # or any reasoning-gym task name. The chain_sum preset: two terms of one or two digits;
+    # SmolLM2-135M-Instruct starts near 20% (greedy, last-number answers).
     c.task.name = "chain_sum"
-    # Keyword arguments of the generator: two terms of one or two digits.
-    c.task.kwargs = ml_collections.ConfigDict(
-        dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2)
-    )
+    # Generator fields replacing the preset's (or the generator's defaults for a task without a
+    # preset); on the command line a dict literal: --config.task.kwargs="{'max_value': 60}".
+    c.task.kwargs = ml_collections.ConfigDict()
     # Size of the training pool (cycled in seeded epochs) and its seed offset.
     c.task.train_size = 10_000
     # Held-out evaluation prompts: same generator, another seed.
@@ -102,7 +103,7 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.train = ml_collections.ConfigDict()
     # RL steps (each: one rollout batch, `num_minibatches` optimizer updates).
-    c.train.num_steps = 15
+    c.train.num_steps = 30
     c.train.num_minibatches = 1
     # Save a checkpoint every N steps (and at the end).
     c.train.checkpoint_every = 5
@@ -139,6 +140,13 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.continuous = True
     # Also evaluate every N steps during training (0: only before and after).
     c.eval.every = 0
+    # More task presets (or reasoning-gym tasks) evaluated beside the training task, comma
+    # separated ("gcd,lcm"), each with eval_size prompts of eval_seed; logged as eval/<task>/...
+    c.eval.tasks = ""
+    # Sampled completions per prompt for pass@k and maj@k (0: greedy only), at this temperature.
+    c.eval.num_samples = 0
+    c.eval.ks = (1, 4, 8)
+    c.eval.temperature = 0.7
 
     c.placement = ml_collections.ConfigDict()
     # "colocated": every role on one mesh; the rollout reads the actor's weights resharded
@@ -274,6 +282,16 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.rollout.prefix_sharing={config.rollout.prefix_sharing!r} must be one of "
             f"{PREFIX_SHARING_MODES}."
         )
+    from jaxrl_llm.data.presets import resolve_task
+
+    resolve_task(config.task.name, config.task.kwargs.to_dict())  # names a bad task or field
+    for name in eval_task_names(config):
+        resolve_task(name)
+    if config.eval.num_samples < 0 or (config.eval.num_samples and not config.eval.temperature > 0):
+        raise ValueError(
+            f"config.eval.num_samples={config.eval.num_samples} must be >= 0, and sampling needs "
+            f"config.eval.temperature > 0 (got {config.eval.temperature})."
+        )
     if config.train.max_time_s < 0 or config.eval.every < 0:
         raise ValueError(
             f"config.train.max_time_s={config.train.max_time_s} and "
@@ -288,6 +306,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(e.args[0]) from e
     _check_sections(config, spec)
     spec.validate(config)
+
+
+def eval_task_names(config: ml_collections.ConfigDict) -> list[str]:
+    """The extra evaluation tasks of `config.eval.tasks` ("gcd, lcm" -> ["gcd", "lcm"])."""
+    return [name.strip() for name in config.eval.tasks.split(",") if name.strip()]
 
 
 def _check_sections(config, spec) -> None:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_llm.config import grpo_config
-from jaxrl_llm.data import ReasoningGymSource
+from jaxrl_llm.data.presets import task_source
 from jaxrl_llm.models import from_pretrained
 from jaxrl_llm.rewards import accuracy, task_reward
 from jaxrl_llm.rollout import ContinuousGenerator, Generator
@@ -41,8 +41,8 @@ def main():
     args = parser.parse_args()
     c = grpo_config()
     model, tokenizer = from_pretrained(c.model.name, dtype=jnp.float32)
-    source = ReasoningGymSource(
-        c.task.name, seed=c.task.eval_seed, size=args.prompts, **c.task.kwargs.to_dict()
+    source = task_source(
+        c.task.name, seed=c.task.eval_seed, size=args.prompts, overrides=c.task.kwargs.to_dict()
     )
     examples = list(source)
     _, ids = prompt_ids(tokenizer, examples)

@@ -9,6 +9,7 @@ import ml_collections
 from jaxrl_llm import gin_bindings
 from jaxrl_llm.algorithms.base import Algorithm
 from jaxrl_llm.data import PromptBatcher, ReasoningGymSource
+from jaxrl_llm.data.presets import task_source
 from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretrained, init_model
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import load_scalar_model
@@ -101,12 +102,12 @@ def build_optimizer(section: ml_collections.ConfigDict, total_updates: int):
 def build_parts(config: ml_collections.ConfigDict) -> RunParts:
     """Loads the model and builds data, rewards and optimizer from a validated config."""
     model, tokenizer = load_policy(config)
-    task_kwargs = config.task.kwargs.to_dict()
-    train_source = ReasoningGymSource(
-        config.task.name, seed=config.seed, size=config.task.train_size, **task_kwargs
+    task, overrides = config.task.name, config.task.kwargs.to_dict()
+    train_source = task_source(
+        task, seed=config.seed, size=config.task.train_size, overrides=overrides
     )
-    eval_source = ReasoningGymSource(
-        config.task.name, seed=config.task.eval_seed, size=config.task.eval_size, **task_kwargs
+    eval_source = task_source(
+        task, seed=config.task.eval_seed, size=config.task.eval_size, overrides=overrides
     )
     batcher = PromptBatcher(train_source, batch_size=config.rollout.num_prompts, seed=config.seed)
     optimizer = build_optimizer(config.optimizer, total_updates(config))

@@ -31,12 +31,13 @@ import numpy as np
 from jaxrl_llm import algorithms
 from jaxrl_llm.algorithms.base import Algorithm, Experience
 from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
-from jaxrl_llm.config import validate_config
+from jaxrl_llm.config import eval_task_names, validate_config
+from jaxrl_llm.data.presets import task_source
+from jaxrl_llm.evals import EvalSet, EvalSettings, Evaluator
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.rewards import accuracy
 from jaxrl_llm.rollout.chat import completion_texts, prompt_ids
 from jaxrl_llm.runners.components import Roles, RunParts, build_parts, build_roles
-from jaxrl_llm.runners.evaluation import greedy_accuracy
 from jaxrl_llm.runners.hooks import Hook, StepRecord, default_hooks
 
 # Metrics that depend on the process, not on the run's seed: wall times, and whether this step
@@ -57,6 +58,23 @@ def rollout_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % (2**31 - 1)
 
 
+def eval_settings(config: ml_collections.ConfigDict) -> EvalSettings:
+    """The `EvalSettings` of a run config's `eval` section (prompt format from `task`)."""
+    c = config
+    return EvalSettings(
+        max_new_tokens=c.eval.max_new_tokens,
+        num_slots=c.eval.batch_size,
+        num_samples=c.eval.num_samples,
+        ks=tuple(c.eval.ks),
+        temperature=c.eval.temperature,
+        seed=c.seed,
+        min_prompt_bucket=c.rollout.min_prompt_bucket,
+        continuous=c.eval.continuous,
+        system_prompt=c.task.system_prompt,
+        instruction_suffix=c.task.instruction_suffix,
+    )
+
+
 def _work_metrics(work) -> dict[str, float]:
     """The rollout's computed prefill and decode work against the plain engine's."""
     return {
@@ -71,6 +89,14 @@ def _work_metrics(work) -> dict[str, float]:
 def _mean_metrics(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
     rows = jax.device_get(rows)
     return {f"{prefix}/{k}": float(np.mean([float(r[k]) for r in rows])) for k in rows[0]}
+
+
+def state_tree(roles: Roles, algo_state: Any) -> dict[str, Any]:
+    """The pytree a checkpoint holds: actor (and critic) train states and the algorithm's state."""
+    tree = {"actor": roles.actor.state, "algorithm": algo_state}
+    if roles.critic is not None:
+        tree["critic"] = roles.critic.state
+    return tree
 
 
 class OnlineRun:
@@ -91,15 +117,23 @@ class OnlineRun:
         self.summary: dict[str, Any] = {}
         self.writer = MetricsWriter(workdir)
         self.eval_examples = list(parts.eval_source)
+        self.eval_sets = [EvalSet(config.task.name, self.eval_examples)] + [
+            EvalSet(
+                name,
+                list(task_source(name, seed=config.task.eval_seed, size=config.task.eval_size)),
+            )
+            for name in eval_task_names(config)
+            if name != config.task.name
+        ]
+        self.evaluator = Evaluator(
+            parts.model, parts.tokenizer, roles.reward, eval_settings(config)
+        )
         self._train_shapes: set[tuple[int, ...]] = set()
 
     # -- RunContext ---------------------------------------------------------------------------
     def state_tree(self) -> dict[str, Any]:
         """Everything that changes during training, as one pytree (what checkpoints hold)."""
-        tree = {"actor": self.roles.actor.state, "algorithm": self.algo_state}
-        if self.roles.critic is not None:
-            tree["critic"] = self.roles.critic.state
-        return tree
+        return state_tree(self.roles, self.algo_state)
 
     def load_state_tree(self, tree: dict[str, Any]) -> None:
         """Puts a restored `state_tree()` back into the roles (`train` restores the data position
@@ -110,25 +144,17 @@ class OnlineRun:
             self.roles.critic.state = tree["critic"]
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy held-out accuracy of the current actor, decoded by the rollout role."""
+        """Held-out metrics of the current actor (`jaxrl_llm.evals`), decoded by the rollout
+        role: the training task's unprefixed (accuracy, score, ...), each `config.eval.tasks`
+        entry's as "<task>/<metric>", and the seconds it took."""
         t0 = time.time()
         rollout = self.roles.rollout
         rollout.sync(self.roles.actor.params)
-        c = self.config
-        result = greedy_accuracy(
-            self.parts.model,
-            self.parts.tokenizer,
-            self.eval_examples,
-            self.roles.reward,
-            params=rollout.params,
-            min_prompt_bucket=c.rollout.min_prompt_bucket,
-            max_new_tokens=c.eval.max_new_tokens,
-            batch_size=c.eval.batch_size,
-            continuous=c.eval.continuous,
-            system_prompt=c.task.system_prompt,
-            instruction_suffix=c.task.instruction_suffix,
-        )
+        results = self.evaluator(self.eval_sets, params=rollout.params)
         rollout.release()
+        result = dict(results.pop(self.config.task.name))
+        for name, metrics in results.items():
+            result.update({f"{name}/{k}": v for k, v in metrics.items()})
         result["seconds"] = time.time() - t0
         return result
 
@@ -290,6 +316,29 @@ class StopSignal:
             self._previous = None
 
 
+# Config fields a resumed run must share with the run that wrote the checkpoints.
+RUN_IDENTITY_FIELDS = ("algorithm", "task", "model")
+
+
+def check_resumable(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """Raises ValueError when `workdir` holds checkpoints of a run on another task, model or
+    algorithm (resuming would silently continue that run)."""
+    saved_path = os.path.join(workdir, "config.json")
+    checkpoints = os.path.join(workdir, "checkpoints")
+    if not (os.path.isfile(saved_path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
+        return
+    with open(saved_path) as f:
+        saved = json.load(f)
+    current = json.loads(config.to_json_best_effort())
+    for field in RUN_IDENTITY_FIELDS:
+        if field in saved and saved[field] != current[field]:
+            raise ValueError(
+                f"{workdir!r} holds checkpoints of a run with config.{field}={saved[field]!r}, "
+                f"not {current[field]!r}; resuming would continue that run. Give another "
+                "--workdir (scripts/main.sh names it after config.task.name) or delete this one."
+            )
+
+
 def train(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -320,6 +369,7 @@ def train(
     validate_config(config)
     start_time = time.time()
     os.makedirs(workdir, exist_ok=True)
+    check_resumable(config, workdir)
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
     algorithm = algorithms.check_algorithm(algorithm or algorithms.make(config))

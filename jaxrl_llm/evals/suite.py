@@ -1,0 +1,248 @@
+"""Evaluating a policy on several prompt sets at once: greedy pass@1, sampled pass@k and maj@k.
+
+    evaluator = Evaluator(model, tokenizer, rewards, EvalSettings(num_samples=8, ks=(1, 4, 8)))
+    results = evaluator([EvalSet("gcd", gcd_examples), EvalSet("gsm", jsonl_examples)])
+    print(markdown_table(results))
+
+Per set, `Evaluator` decodes every prompt greedily (one `ContinuousGenerator`: slots refilled as
+completions finish, the prefix all prompts share prefilled once) and, with `num_samples` n > 0,
+n sampled completions per prompt (at `temperature`, each row its own key). Metrics, each a float:
+
+    accuracy            greedy pass@1 (fraction of prompts whose task score is exactly 1)
+    score               mean task score of the greedy completions (partial credit included)
+    completion_length   mean greedy completion length in tokens
+    truncated           fraction of greedy completions cut at max_new_tokens (no end of turn)
+    sample_accuracy     mean correctness of the sampled completions (sampled pass@1)
+    pass@k, maj@k       for each k in `ks` up to n (`jaxrl_llm.evals.estimators`)
+    sample_length, sample_truncated   as above, over the samples
+    prompts             number of prompts
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from jaxrl_llm.data import Example
+from jaxrl_llm.evals.estimators import maj_at_k, pass_at_k
+from jaxrl_llm.rewards import RewardRunner, extract_answer
+from jaxrl_llm.rollout.chat import (
+    chat_generation_config,
+    chat_generator,
+    completion_texts,
+    prompt_ids,
+)
+from jaxrl_llm.rollout.continuous import ContinuousGenerator
+from jaxrl_llm.rollout.types import FinishReason
+
+__all__ = ["Decoded", "EvalSet", "EvalSettings", "Evaluator", "markdown_table"]
+
+
+class EvalSet(NamedTuple):
+    """A named list of examples evaluated together (a task, a JSONL file, an attack set)."""
+
+    name: str
+    examples: Sequence[Example]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """How an `Evaluator` decodes.
+
+    Attributes:
+      max_new_tokens: most new tokens per completion.
+      num_slots: rows decoded together (continuous batching) or the fixed batch size.
+      num_samples: sampled completions per prompt (0: greedy only).
+      ks: the k of pass@k and maj@k; those above num_samples are skipped.
+      temperature: of the sampled completions.
+      seed: of the sampled completions (row r of a set uses fold_in(key(seed), r)).
+      min_prompt_bucket: prompts are right-padded to at least this many tokens.
+      continuous: continuous batching (True) or fixed batches that decode to their longest row.
+      system_prompt, instruction_suffix: as in `jaxrl_llm.data.render_prompt`.
+    """
+
+    max_new_tokens: int = 32
+    num_slots: int = 50
+    num_samples: int = 0
+    ks: tuple[int, ...] = (1, 4, 8)
+    temperature: float = 0.7
+    seed: int = 0
+    min_prompt_bucket: int = 16
+    continuous: bool = True
+    system_prompt: str | None = None
+    instruction_suffix: str = ""
+
+    def __post_init__(self):
+        for name in ("max_new_tokens", "num_slots"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EvalSettings.{name}={getattr(self, name)} must be >= 1.")
+        if self.num_samples < 0:
+            raise ValueError(f"EvalSettings.num_samples={self.num_samples} must be >= 0.")
+        if any(k < 1 for k in self.ks):
+            raise ValueError(f"EvalSettings.ks={self.ks}: every k must be >= 1.")
+        if self.num_samples and not self.temperature > 0:
+            raise ValueError(
+                f"EvalSettings.temperature={self.temperature} must be > 0 to sample "
+                f"num_samples={self.num_samples} completions per prompt."
+            )
+
+
+class Decoded(NamedTuple):
+    """Completions of one decode pass over examples, with their scores."""
+
+    scores: np.ndarray  # float64 [N]
+    answers: list[str | None]  # [N]
+    lengths: np.ndarray  # int [N]
+    truncated: np.ndarray  # bool [N]
+
+
+class Evaluator:
+    """Decodes and scores prompt sets with one model; generators (and programs) are reused.
+
+    Args:
+      model: the policy (`jaxrl_llm.models.Transformer`).
+      tokenizer: its tokenizer (chat template, end-of-turn ids).
+      rewards: a `RewardRunner` with a "task" function (accuracy is its score == 1).
+      settings: `EvalSettings`.
+    """
+
+    def __init__(self, model, tokenizer, rewards: RewardRunner, settings: EvalSettings):
+        self.model, self.tokenizer, self.rewards = model, tokenizer, rewards
+        self.settings = settings
+        self.greedy = self._generator(temperature=0.0)
+        self.sampler = self._generator(settings.temperature) if settings.num_samples else None
+
+    def _generator(self, temperature: float):
+        s = self.settings
+        fields = dict(
+            max_new_tokens=s.max_new_tokens,
+            temperature=temperature,
+            min_prompt_bucket=s.min_prompt_bucket,
+        )
+        if s.continuous:
+            config = chat_generation_config(self.tokenizer, prefix_sharing="common", **fields)
+            return ContinuousGenerator(self.model, config, num_slots=s.num_slots)
+        return chat_generator(self.model, self.tokenizer, min_batch_bucket=s.num_slots, **fields)
+
+    def __call__(self, sets: Sequence[EvalSet], *, params=None) -> dict[str, dict[str, float]]:
+        """{set name: metrics} for each set, in order (names must be unique)."""
+        names = [s.name for s in sets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Evaluator: set names must be unique, got {names}.")
+        return {s.name: self.evaluate_set(s, params=params) for s in sets}
+
+    def evaluate_set(self, eval_set: EvalSet, *, params=None) -> dict[str, float]:
+        """The metrics of the module docstring for one set."""
+        s, examples = self.settings, list(eval_set.examples)
+        if not examples:
+            raise ValueError(f"Evaluator: the set {eval_set.name!r} has no examples.")
+        greedy = self.decode(examples, params=params)
+        result = {
+            "accuracy": float(np.mean(greedy.scores == 1.0)),
+            "score": float(np.mean(greedy.scores)),
+            "completion_length": float(np.mean(greedy.lengths)),
+            "truncated": float(np.mean(greedy.truncated)),
+            "prompts": float(len(examples)),
+        }
+        n = s.num_samples
+        if n:
+            repeated = [e for e in examples for _ in range(n)]  # a prompt's n samples adjacent
+            sampled = self.decode(repeated, params=params, sampled=True, seed=s.seed)
+            correct = (sampled.scores == 1.0).reshape(len(examples), n)
+            answers = [sampled.answers[i * n : (i + 1) * n] for i in range(len(examples))]
+            result["sample_accuracy"] = float(correct.mean())
+            for k in sorted(set(s.ks)):
+                if k > n:
+                    continue
+                result[f"pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in correct.sum(1)]))
+                result[f"maj@{k}"] = float(
+                    np.mean(
+                        [
+                            maj_at_k(a, c, k, seed=s.seed)
+                            for a, c in zip(answers, correct, strict=True)
+                        ]
+                    )
+                )
+            result["sample_length"] = float(np.mean(sampled.lengths))
+            result["sample_truncated"] = float(np.mean(sampled.truncated))
+        return result
+
+    def decode(self, examples, *, params=None, sampled: bool = False, seed: int = 0) -> Decoded:
+        """Completions of `examples` (greedy, or sampled at the settings' temperature), scored:
+        task scores, extracted answers (None when empty), lengths and truncation flags."""
+        s = self.settings
+        generator = self.sampler if sampled else self.greedy
+        if generator is None:
+            raise ValueError("Evaluator.decode(sampled=True) needs EvalSettings.num_samples > 0.")
+        texts, ids = prompt_ids(
+            self.tokenizer,
+            examples,
+            system_prompt=s.system_prompt,
+            instruction_suffix=s.instruction_suffix,
+        )
+        # The continuous batcher takes every prompt at once; fixed batches go chunk by chunk.
+        chunk = len(ids) if s.continuous else s.num_slots
+        scores, answers, lengths, truncated = [], [], [], []
+        for start in range(0, len(ids), chunk):
+            rollout = generator(ids[start : start + chunk], seed=seed + start, params=params)
+            completions = completion_texts(self.tokenizer, rollout)
+            out = self.rewards(
+                texts[start : start + chunk], completions, examples[start : start + chunk]
+            )
+            scores.extend(out.per_function["task"].tolist())
+            answers.extend(extract_answer(c) or None for c in completions)
+            lengths.extend(np.asarray(rollout.lengths).tolist())
+            truncated.extend((np.asarray(rollout.finish_reason) == FinishReason.LENGTH).tolist())
+        return Decoded(
+            np.asarray(scores, np.float64), answers, np.asarray(lengths), np.asarray(truncated)
+        )
+
+
+# Metrics shown as percentages in `markdown_table`; the rest as numbers.
+_PERCENT = ("accuracy", "score", "truncated", "sample_accuracy", "sample_truncated")
+
+
+def _is_percent(metric: str) -> bool:
+    return metric in _PERCENT or metric.startswith(("pass@", "maj@"))
+
+
+def markdown_table(
+    results: Mapping[str, Mapping[str, float]], *, columns: Sequence[str] | None = None
+) -> str:
+    """A Markdown table, one row per set; rates as percentages with one decimal.
+
+    Args:
+      results: {set name: metrics}, as `Evaluator` returns.
+      columns: the metrics to show, in order (default: every metric any set has, in the order
+        first seen).
+
+    Example:
+      >>> print(markdown_table({"gcd": {"accuracy": 0.25, "completion_length": 12.0}}))
+      | set | accuracy | completion_length |
+      | --- | ---: | ---: |
+      | gcd | 25.0% | 12.0 |
+    """
+    if columns is None:
+        columns = list(dict.fromkeys(m for metrics in results.values() for m in metrics))
+    lines = [
+        "| set | " + " | ".join(columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+    ]
+    for name, metrics in results.items():
+        cells = []
+        for column in columns:
+            value = metrics.get(column)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                cells.append("")
+            elif _is_percent(column):
+                cells.append(f"{100 * value:.1f}%")
+            elif column == "prompts":
+                cells.append(f"{value:.0f}")
+            else:
+                cells.append(f"{value:.1f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
