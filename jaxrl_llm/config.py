@@ -44,7 +44,7 @@ def base_config() -> ml_collections.ConfigDict:
     )
 
     c.task = ml_collections.ConfigDict()
-    # A task preset (jaxrl_llm.data.presets: chain_sum, gcd, lcm, products, leg_counting, ...)
+    # A task preset (jaxrl_llm.data.presets: chain_sum, gcd, lcm, products, basic_arithmetic, ...)
     # or any reasoning-gym task name. The chain_sum preset: two terms of one or two digits;
     # SmolLM2-135M-Instruct starts near 20% (greedy, last-number answers).
     c.task.name = "chain_sum"

@@ -79,11 +79,6 @@ PRESETS: Mapping[str, TaskPreset] = MappingProxyType(
             ),
             "two or three one-digit terms with +, - and *",
         ),
-        "leg_counting": TaskPreset(
-            "leg_counting",
-            dict(min_animals=1, max_animals=2, min_instances=1, max_instances=4),
-            "legs of one or two kinds of animal, up to four of each",
-        ),
         "letter_counting": TaskPreset(
             "letter_counting",
             dict(min_words=1, max_words=4),

@@ -22,6 +22,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -32,7 +33,7 @@ from jaxrl_llm import algorithms
 from jaxrl_llm.algorithms.base import Algorithm, Experience
 from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
 from jaxrl_llm.config import eval_task_names, validate_config
-from jaxrl_llm.data.presets import task_source
+from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.evals import EvalSet, EvalSettings, Evaluator
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.rewards import accuracy
@@ -316,8 +317,15 @@ class StopSignal:
             self._previous = None
 
 
-# Config fields a resumed run must share with the run that wrote the checkpoints.
-RUN_IDENTITY_FIELDS = ("algorithm", "task", "model")
+def _run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a resumed run must share with the run that wrote the checkpoints: the algorithm,
+    the task as generated (preset resolved) and the model."""
+    task, kwargs = resolve_task(config["task"]["name"], dict(config["task"]["kwargs"]))
+    return {
+        "algorithm": config["algorithm"],
+        "task": f"{task} {json.dumps(kwargs, sort_keys=True, default=list)}",
+        "model": f"{config['model']['name']} ({config['model']['init']})",
+    }
 
 
 def check_resumable(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -328,14 +336,14 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str) -> None:
     if not (os.path.isfile(saved_path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
         return
     with open(saved_path) as f:
-        saved = json.load(f)
-    current = json.loads(config.to_json_best_effort())
-    for field in RUN_IDENTITY_FIELDS:
-        if field in saved and saved[field] != current[field]:
+        saved = _run_identity(json.load(f))
+    current = _run_identity(json.loads(config.to_json_best_effort()))
+    for field, value in saved.items():
+        if value != current[field]:
             raise ValueError(
-                f"{workdir!r} holds checkpoints of a run with config.{field}={saved[field]!r}, "
-                f"not {current[field]!r}; resuming would continue that run. Give another "
-                "--workdir (scripts/main.sh names it after config.task.name) or delete this one."
+                f"{workdir!r} holds checkpoints of a run with {field} {value}, not "
+                f"{current[field]}; resuming would continue that run. Give another --workdir "
+                "(scripts/main.sh names it after config.task.name) or delete this one."
             )
 
 

@@ -60,7 +60,17 @@ def test_a_workdir_of_another_task_is_not_resumed(tmp_path):
     os.makedirs(os.path.join(workdir, "checkpoints", "5"))
     check_resumable(config, workdir)  # same run: resumes
     other = apply_overrides(config_for("grpo"), {"task.name": "gcd"})
-    with pytest.raises(ValueError, match=r"config.task=.*chain_sum.*another\s+--workdir"):
+    with pytest.raises(ValueError, match=r"with task chain_sum.*not gcd.*another --workdir"):
         check_resumable(other, workdir)
     saved = json.load(open(os.path.join(workdir, "config.json")))
     assert saved["task"]["name"] == "chain_sum"
+
+
+def test_a_run_that_spelled_out_the_preset_fields_still_resumes(tmp_path):
+    config = config_for("grpo")
+    saved = json.loads(config.to_json_best_effort())
+    saved["task"]["kwargs"] = dict(PRESETS["chain_sum"].kwargs)  # written before presets
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(saved, f)
+    os.makedirs(tmp_path / "checkpoints" / "5")
+    check_resumable(config, str(tmp_path))
