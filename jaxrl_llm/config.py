@@ -64,6 +64,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.rewards = ml_collections.ConfigDict()
     # Weight of the task scorer on the last number of the completion (1 = correct).
     c.rewards.task_weight = 1.0
+    # Keep the task scorer's partial credit (reasoning-gym: len(reference) / len(answer) when
+    # the reference is a substring). Off: the task reward is 1 for a right answer, else 0;
+    # partial credit was farmed on gcd ("315" for 3; docs/recipe.md).
+    c.rewards.partial_credit = False
     # Weight of the optional format reward (0 disables it).
     c.rewards.format_weight = 0.0
     # Seconds a reward function may take per sample before it counts as 0.

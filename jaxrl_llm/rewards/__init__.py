@@ -14,6 +14,7 @@ from jaxrl_llm.rewards.extraction import extract_last_number, extract_tagged_ans
 from jaxrl_llm.rewards.runner import RewardFn, RewardOutput, RewardRunner
 from jaxrl_llm.rewards.verifiers import (
     accuracy,
+    exact_task_reward,
     extract_answer,
     format_reward,
     math_verify_reward,
@@ -25,6 +26,7 @@ __all__ = [
     "RewardOutput",
     "RewardRunner",
     "accuracy",
+    "exact_task_reward",
     "extract_answer",
     "extract_last_number",
     "extract_tagged_answer",

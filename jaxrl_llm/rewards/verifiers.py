@@ -16,7 +16,14 @@ import numpy as np
 from jaxrl_llm.data import Example, scoring
 from jaxrl_llm.rewards.extraction import extract_last_number, extract_tagged_answer, find_numbers
 
-__all__ = ["accuracy", "extract_answer", "format_reward", "math_verify_reward", "task_reward"]
+__all__ = [
+    "accuracy",
+    "exact_task_reward",
+    "extract_answer",
+    "format_reward",
+    "math_verify_reward",
+    "task_reward",
+]
 
 # format_reward's length limit, in characters of the stripped completion.
 FORMAT_MAX_CHARS = 200
@@ -55,6 +62,21 @@ def task_reward(prompt: str, completion: str, example: Example) -> float:
     """
     del prompt
     return example.score(extract_answer(completion))
+
+
+def exact_task_reward(prompt: str, completion: str, example: Example) -> float:
+    """1.0 when `task_reward` is exactly 1 (the answer is right), else 0.0: no partial credit.
+
+    Partial credit can be farmed: reasoning-gym's default scorer gives len(reference) /
+    len(candidate) when the reference is a substring of the answer, so "315" earns 1/3 for a
+    reference "3" and a policy learns to write numbers that contain the answer's digits
+    (measured on gcd at learning rate 5e-5, docs/recipe.md). This is the default task reward.
+
+    Example (reference "3"):
+      >>> task_reward(p, "It is 315.", ex), exact_task_reward(p, "It is 315.", ex)
+      (0.3333333333333333, 0.0)
+    """
+    return 1.0 if task_reward(prompt, completion, example) == 1.0 else 0.0
 
 
 def format_reward(

@@ -14,7 +14,7 @@ from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretraine
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import load_scalar_model
 from jaxrl_llm.models.registry import resolve_model_path
-from jaxrl_llm.rewards import RewardRunner, format_reward, task_reward
+from jaxrl_llm.rewards import RewardRunner, exact_task_reward, format_reward, task_reward
 from jaxrl_llm.roles import (
     Critic,
     Learner,
@@ -71,7 +71,8 @@ def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
     A reward function's own keyword arguments can be bound with gin (`format_reward.max_chars =
     40`): the functions are leaves gin may configure; nothing else here reads gin.
     """
-    functions = {"task": gin_bindings.bound(task_reward)}
+    task = task_reward if config.rewards.partial_credit else exact_task_reward
+    functions = {"task": gin_bindings.bound(task)}
     weights = {"task": config.rewards.task_weight}
     if config.rewards.format_weight:
         functions["format"] = gin_bindings.bound(format_reward)
