@@ -89,3 +89,26 @@ def test_accuracy():
     assert accuracy([1.0]) == 1.0
     with pytest.raises(ValueError, match="no scores"):
         accuracy([])
+
+
+def test_exact_task_reward_gives_no_partial_credit_that_could_be_farmed():
+    from jaxrl_llm.data.presets import task_source
+    from jaxrl_llm.rewards import exact_task_reward
+
+    ex = next(e for e in task_source("gcd", seed=0, size=50) if e.answer == "3")
+    # reasoning-gym's scorer: len(reference) / len(answer) when the reference is a substring.
+    assert task_reward(PROMPT, "The GCD is 315.", ex) == pytest.approx(1 / 3)
+    assert exact_task_reward(PROMPT, "The GCD is 315.", ex) == 0.0
+    assert exact_task_reward(PROMPT, "The GCD is 3.", ex) == 1.0
+
+
+def test_run_rewards_are_exact_unless_partial_credit_is_configured():
+    from jaxrl_llm.config import apply_overrides, config_for
+    from jaxrl_llm.data.presets import task_source
+    from jaxrl_llm.runners.components import build_rewards
+
+    ex = next(e for e in task_source("gcd", seed=0, size=50) if e.answer == "3")
+    for partial, expected in ((False, 0.0), (True, 1 / 3)):
+        config = apply_overrides(config_for("grpo"), {"rewards.partial_credit": partial})
+        out = build_rewards(config)([PROMPT], ["The GCD is 315."], [ex])
+        assert out.per_function["task"][0] == pytest.approx(expected)
