@@ -15,7 +15,7 @@ the config field it names, before validation, exactly as a `--config.section.fie
 Precedence: a gin binding wins over the config file and its command-line overrides; the run
 prints one line per changed field (`gin: loss.clip_low = 0.1 overrides 0.2`) and `jaxrl_llm.main`
 saves the parsed bindings to `WORKDIR/config.gin`. An unknown section or field fails with close
-matches. The reward functions (`task_reward`, `format_reward`, `math_verify_reward`) are the
+matches. The reward functions (`task_reward`, `exact_task_reward`, `format_reward`, `math_verify_reward`) are the
 only functions registered: their keyword arguments are bindable (`format_reward.max_chars = 40`).
 Your own functions (a custom loss in a notebook) join with `register(fn)` and are called with
 `configured(fn, **defaults)` or `resolve(fn, **defaults)`.
@@ -31,7 +31,7 @@ from typing import Any
 import gin
 import ml_collections
 
-from jaxrl_llm.rewards import format_reward, math_verify_reward, task_reward
+from jaxrl_llm.rewards import exact_task_reward, format_reward, math_verify_reward, task_reward
 
 _MODULE = "jaxrl_llm"
 
@@ -93,7 +93,7 @@ def _section_configurable(name: str) -> Callable[..., dict[str, Any]]:
 
 
 _SECTIONS = {name: register(_section_configurable(name)) for name in CONFIG_SECTIONS}
-for _fn in (task_reward, format_reward, math_verify_reward):
+for _fn in (task_reward, exact_task_reward, format_reward, math_verify_reward):
     register(_fn)
 
 
