@@ -5,7 +5,7 @@ source's own scorer to an extracted answer.
 
 Example:
   >>> from jaxrl_llm import data
-  >>> source = data.ReasoningGymSource("chain_sum", seed=0, size=1000, max_terms=2, max_digits=2)
+  >>> source = data.task_source("gcd", seed=0, size=1000)  # a preset: gcd of numbers up to 30
   >>> batcher = data.PromptBatcher(source, batch_size=8, seed=0)
   >>> prompts = [data.render_prompt(tokenizer, ex.question) for ex in next(batcher)]
 """
@@ -13,6 +13,7 @@ Example:
 from jaxrl_llm.data.batcher import PromptBatcher, PromptSource
 from jaxrl_llm.data.example import Example, Scorer
 from jaxrl_llm.data.jsonl import JsonlRecord, JsonlSource, final_answer, read_prompt_jsonl
+from jaxrl_llm.data.presets import PRESETS, TaskPreset, resolve_task, task_names, task_source
 from jaxrl_llm.data.prompts import ChatTemplate, render_prompt
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, reasoning_gym_tasks
 from jaxrl_llm.data.scoring import (
@@ -25,6 +26,7 @@ from jaxrl_llm.data.scoring import (
 from jaxrl_llm.data.tfds_source import JsonlPromptBuilder, TfdsSource
 
 __all__ = [
+    "PRESETS",
     "ChatTemplate",
     "Example",
     "JsonlPromptBuilder",
@@ -34,6 +36,7 @@ __all__ = [
     "PromptSource",
     "ReasoningGymSource",
     "Scorer",
+    "TaskPreset",
     "TfdsSource",
     "final_answer",
     "math_answer_score",
@@ -43,5 +46,8 @@ __all__ = [
     "read_prompt_jsonl",
     "reasoning_gym_tasks",
     "render_prompt",
+    "resolve_task",
+    "task_names",
+    "task_source",
     "verify_parsed",
 ]

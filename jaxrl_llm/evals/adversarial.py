@@ -55,6 +55,7 @@ class AttackTemplate:
     position: str  # "prefix" or "suffix"
 
     def apply(self, question: str, expr: str, wrong: str) -> str:
+        """`question` with this attack, its slots filled, before or after it."""
         attack = self.text.format(expr=expr, wrong=wrong)
         return f"{attack} {question}" if self.position == "prefix" else f"{question} {attack}"
 

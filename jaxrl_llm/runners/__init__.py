@@ -1,7 +1,8 @@
 """Runners own the loop and nothing algorithm-specific; hooks do the side work.
 
 `train(config, workdir)` is the synchronous online runner (`online_sync`): collect -> process ->
-update for whichever `Algorithm` the config names (or one passed in).
+update for whichever `Algorithm` the config names (or one passed in). `restore_policy(workdir)`
+gives a finished run's policy back (its config, model and checkpointed weights).
 """
 
 from jaxrl_llm.runners.evaluation import greedy_accuracy
@@ -17,6 +18,7 @@ from jaxrl_llm.runners.hooks import (
     default_hooks,
 )
 from jaxrl_llm.runners.online_sync import TIME_KEYS, OnlineRun, rollout_seed, train
+from jaxrl_llm.runners.restore import RestoredPolicy, load_run_config, restore_policy
 
 __all__ = [
     "TIME_KEYS",
@@ -28,9 +30,12 @@ __all__ = [
     "NonFiniteLossError",
     "OnlineRun",
     "ProgressHook",
+    "RestoredPolicy",
     "StepRecord",
     "default_hooks",
     "greedy_accuracy",
+    "load_run_config",
+    "restore_policy",
     "rollout_seed",
     "train",
 ]
