@@ -96,7 +96,7 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.optimizer = ml_collections.ConfigDict()
     # AdamW peak learning rate, warmup (in optimizer updates) and schedule after it.
-    c.optimizer.learning_rate = 5e-5
+    c.optimizer.learning_rate = 3e-5
     c.optimizer.warmup_steps = 2
     c.optimizer.schedule = "constant"
     c.optimizer.weight_decay = 0.0
