@@ -13,7 +13,7 @@ Example:
 from jaxrl_llm.data.batcher import PromptBatcher, PromptSource
 from jaxrl_llm.data.example import Example, Scorer
 from jaxrl_llm.data.jsonl import JsonlRecord, JsonlSource, final_answer, read_prompt_jsonl
-from jaxrl_llm.data.presets import PRESETS, TaskPreset, resolve_task, task_names, task_source
+from jaxrl_llm.data.presets import TaskPreset, resolve_task, task_names, task_source
 from jaxrl_llm.data.prompts import ChatTemplate, render_prompt
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, reasoning_gym_tasks
 from jaxrl_llm.data.scoring import (
@@ -26,7 +26,6 @@ from jaxrl_llm.data.scoring import (
 from jaxrl_llm.data.tfds_source import JsonlPromptBuilder, TfdsSource
 
 __all__ = [
-    "PRESETS",
     "ChatTemplate",
     "Example",
     "JsonlPromptBuilder",

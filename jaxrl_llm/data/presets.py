@@ -118,7 +118,12 @@ PRESETS: Mapping[str, TaskPreset] = MappingProxyType(
 
 
 def task_names() -> list[str]:
-    """Preset names first, then every other installed reasoning-gym task, each once."""
+    """Preset names first, then every other installed reasoning-gym task, each once.
+
+    Example:
+      >>> task_names()[:3]
+      ['chain_sum', 'gcd', 'lcm']
+    """
     return list(PRESETS) + sorted(set(DATASETS) - set(PRESETS))
 
 
