@@ -10,8 +10,8 @@ each generator's keyword names:
 
 `resolve_task(name, overrides)` gives (reasoning-gym task, kwargs): the preset's kwargs updated
 with `overrides`; a reasoning-gym task without a preset runs with its generator's defaults plus
-the overrides. The starting accuracies quoted are SmolLM2-135M-Instruct's greedy accuracy on 200
-held-out prompts with 32 new tokens (docs/recipe.md).
+the overrides. SmolLM2-135M-Instruct's greedy accuracy on the presets before training is in
+docs/recipe.md (200 held-out prompts, 32 new tokens).
 """
 
 from __future__ import annotations
