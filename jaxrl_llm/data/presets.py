@@ -17,14 +17,13 @@ docs/recipe.md (200 held-out prompts, 32 new tokens).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from reasoning_gym.factory import DATASETS
 
-from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource
+from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, close_matches, task_fields
 
 __all__ = ["PRESETS", "TaskPreset", "resolve_task", "task_names", "task_source"]
 
@@ -147,22 +146,19 @@ def resolve_task(name: str, overrides: Mapping[str, Any] | None = None) -> tuple
     overrides = dict(overrides or {})
     preset = PRESETS.get(name)
     if preset is None and name not in DATASETS:
-        close = difflib.get_close_matches(name, task_names(), n=4, cutoff=0.5)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        hint = close_matches(name, task_names(), n=4)
         raise ValueError(
             f"config.task.name={name!r} is neither a task preset nor a reasoning-gym task.{hint} "
             f"Presets: {', '.join(PRESETS)}; every task: jaxrl_llm.data.reasoning_gym_tasks()."
         )
     task = preset.task if preset else name
     kwargs = dict(preset.kwargs) if preset else {}
-    fields = {f.name for f in dataclasses.fields(DATASETS[task][1])} - {"seed", "size"}
+    fields = task_fields(task)
     for key in overrides:
         if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=3, cutoff=0.5)
-            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise ValueError(
                 f"config.task.kwargs has {key!r}, which reasoning-gym task {task!r} does not "
-                f"take.{hint} Its fields: {', '.join(sorted(fields))}."
+                f"take.{close_matches(key, fields, n=3)} Its fields: {', '.join(sorted(fields))}."
             )
     kwargs.update(overrides)
     return task, kwargs

@@ -30,7 +30,14 @@ def reasoning_gym_tasks() -> list[str]:
     return sorted(DATASETS)
 
 
-def _close(name: str, candidates, n: int = 5) -> str:
+def task_fields(task: str) -> set[str]:
+    """The generator fields of installed reasoning-gym task `task` (its config dataclass's,
+    without seed and size), which `ReasoningGymSource` accepts as keyword arguments."""
+    return {f.name for f in dataclasses.fields(DATASETS[task][1])} - {"seed", "size"}
+
+
+def close_matches(name: str, candidates, n: int = 5) -> str:
+    """The hint ` Did you mean 'a', 'b'?` naming the `candidates` close to `name`, or ""."""
     matches = difflib.get_close_matches(name, list(candidates), n=n, cutoff=0.5)
     return f" Did you mean {', '.join(repr(m) for m in matches)}?" if matches else ""
 
@@ -61,17 +68,17 @@ class ReasoningGymSource:
     def __init__(self, task: str, *, seed: int, size: int, **task_kwargs: Any):
         if task not in DATASETS:
             raise ValueError(
-                f"Unknown reasoning-gym task {task!r}.{_close(task, DATASETS)} "
+                f"Unknown reasoning-gym task {task!r}.{close_matches(task, DATASETS)} "
                 f"{len(DATASETS)} tasks are installed; see `reasoning_gym_tasks()`."
             )
         if size <= 0:
             raise ValueError(f"ReasoningGymSource: size={size} must be positive.")
         config_cls = DATASETS[task][1]
-        fields = {f.name for f in dataclasses.fields(config_cls)} - {"seed", "size"}
+        fields = task_fields(task)
         for key in task_kwargs:
             if key not in fields:
                 raise ValueError(
-                    f"reasoning-gym task {task!r} has no config field {key!r}.{_close(key, fields)} "
+                    f"reasoning-gym task {task!r} has no config field {key!r}.{close_matches(key, fields)} "
                     f"Accepted fields of {config_cls.__name__}: {', '.join(sorted(fields))}."
                 )
         try:
