@@ -95,23 +95,11 @@ def _policy():
 
 
 def _eval_sets(config):
-    from jaxrl_llm.config import eval_task_names
     from jaxrl_llm.data import JsonlSource
-    from jaxrl_llm.data.presets import task_source
     from jaxrl_llm.evals import EvalSet
+    from jaxrl_llm.runners.components import build_eval_sets
 
-    tasks = _TASKS.value
-    if tasks is None:
-        tasks = [config.task.name] + [n for n in eval_task_names(config) if n != config.task.name]
-    size = _SIZE.value or config.task.eval_size
-    seed = config.task.eval_seed if _SEED.value is None else _SEED.value
-    sets = []
-    for name in tasks:
-        # The run's own task keeps its generator fields; other tasks use their presets.
-        overrides = config.task.kwargs.to_dict() if name == config.task.name else None
-        sets.append(
-            EvalSet(name, list(task_source(name, seed=seed, size=size, overrides=overrides)))
-        )
+    sets = build_eval_sets(config, _TASKS.value, size=_SIZE.value, seed=_SEED.value)
     for path in _JSONL.value:
         source = JsonlSource(path)
         sets.append(EvalSet(source.name, list(source)))

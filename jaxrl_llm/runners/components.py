@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import ml_collections
 
 from jaxrl_llm import gin_bindings
 from jaxrl_llm.algorithms.base import Algorithm
+from jaxrl_llm.config import eval_task_names
 from jaxrl_llm.data import PromptBatcher, ReasoningGymSource
 from jaxrl_llm.data.presets import task_source
+from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretrained, init_model
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import load_scalar_model
@@ -35,7 +38,6 @@ class RunParts(NamedTuple):
     model: Transformer
     tokenizer: Tokenizer
     train_source: ReasoningGymSource
-    eval_source: ReasoningGymSource
     batcher: PromptBatcher
     rewards: RewardRunner
     optimizer: object
@@ -107,14 +109,38 @@ def build_parts(config: ml_collections.ConfigDict) -> RunParts:
     train_source = task_source(
         task, seed=config.seed, size=config.task.train_size, overrides=overrides
     )
-    eval_source = task_source(
-        task, seed=config.task.eval_seed, size=config.task.eval_size, overrides=overrides
-    )
     batcher = PromptBatcher(train_source, batch_size=config.rollout.num_prompts, seed=config.seed)
     optimizer = build_optimizer(config.optimizer, total_updates(config))
-    return RunParts(
-        model, tokenizer, train_source, eval_source, batcher, build_rewards(config), optimizer
-    )
+    return RunParts(model, tokenizer, train_source, batcher, build_rewards(config), optimizer)
+
+
+def build_eval_sets(
+    config: ml_collections.ConfigDict,
+    names: Sequence[str] | None = None,
+    *,
+    size: int | None = None,
+    seed: int | None = None,
+) -> list[EvalSet]:
+    """Held-out prompt sets of a run: one `EvalSet` per task name.
+
+    Args:
+      config: the run config.
+      names: task presets or reasoning-gym tasks (default: the run's task, then each of
+        `config.eval.tasks` not already listed). The run's own task keeps its generator fields
+        (`config.task.kwargs`); other tasks use their presets.
+      size: prompts per set (default `config.task.eval_size`).
+      seed: the prompts' seed (default `config.task.eval_seed`, unseen in training).
+    """
+    if names is None:
+        names = [config.task.name] + [n for n in eval_task_names(config) if n != config.task.name]
+    size = config.task.eval_size if size is None else size
+    seed = config.task.eval_seed if seed is None else seed
+    sets = []
+    for name in names:
+        overrides = config.task.kwargs.to_dict() if name == config.task.name else None
+        source = task_source(name, seed=seed, size=size, overrides=overrides)
+        sets.append(EvalSet(name, list(source)))
+    return sets
 
 
 class Roles(NamedTuple):

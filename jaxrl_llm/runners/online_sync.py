@@ -32,13 +32,19 @@ import numpy as np
 from jaxrl_llm import algorithms
 from jaxrl_llm.algorithms.base import Algorithm, Experience
 from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
-from jaxrl_llm.config import eval_task_names, validate_config
-from jaxrl_llm.data.presets import resolve_task, task_source
-from jaxrl_llm.evals import EvalSet, EvalSettings, Evaluator
+from jaxrl_llm.config import validate_config
+from jaxrl_llm.data.presets import resolve_task
+from jaxrl_llm.evals import EvalSettings, Evaluator
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.rewards import accuracy
 from jaxrl_llm.rollout.chat import completion_texts, prompt_ids
-from jaxrl_llm.runners.components import Roles, RunParts, build_parts, build_roles
+from jaxrl_llm.runners.components import (
+    Roles,
+    RunParts,
+    build_eval_sets,
+    build_parts,
+    build_roles,
+)
 from jaxrl_llm.runners.hooks import Hook, StepRecord, default_hooks
 
 # Metrics that depend on the process, not on the run's seed: wall times, and whether this step
@@ -117,15 +123,7 @@ class OnlineRun:
         self.meta: dict[str, Any] = {"step": 0, "data": parts.batcher.state(), "eval_before": None}
         self.summary: dict[str, Any] = {}
         self.writer = MetricsWriter(workdir)
-        self.eval_examples = list(parts.eval_source)
-        self.eval_sets = [EvalSet(config.task.name, self.eval_examples)] + [
-            EvalSet(
-                name,
-                list(task_source(name, seed=config.task.eval_seed, size=config.task.eval_size)),
-            )
-            for name in eval_task_names(config)
-            if name != config.task.name
-        ]
+        self.eval_sets = build_eval_sets(config)  # the run's task first
         self.evaluator = Evaluator(
             parts.model, parts.tokenizer, roles.reward, eval_settings(config)
         )
@@ -426,7 +424,7 @@ def train(
     if before and after:
         print(
             f"[jaxrl_llm] held-out greedy accuracy: before {100 * before['accuracy']:.1f}% -> "
-            f"after {100 * after['accuracy']:.1f}% ({len(run.eval_examples)} prompts, "
+            f"after {100 * after['accuracy']:.1f}% ({len(run.eval_sets[0].examples)} prompts, "
             f"{run.summary['wall_time_s'] / 60:.1f} min in this process)"
         )
     return run.summary
