@@ -152,6 +152,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.ks = (1, 4, 8)
     c.eval.temperature = 0.7
 
+    # Off-policy correction of the policy loss (jaxrl_llm.algorithms.off_policy): none, tis,
+    # icepop, decoupled_ppo, aipo; what asynchronous training (config.async_rl) needs.
+    from jaxrl_llm.algorithms.off_policy import off_policy_section
+    from jaxrl_llm.runners.staleness import async_section
+
+    c.off_policy = off_policy_section()
+    # Asynchronous training (jaxrl_llm.runners.online_async): generator and learner at once,
+    # samples at most max_staleness learner versions old.
+    c.async_rl = async_section()
+
     c.placement = ml_collections.ConfigDict()
     # "colocated": every role on one mesh; the rollout reads the actor's weights resharded
     # from the train layout (FSDP x TP rules) to the decode layout (TP rules) each step.
@@ -304,6 +314,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     from jaxrl_llm.roles.placement import validate_placement
 
     validate_placement(config.placement)
+    from jaxrl_llm.algorithms.off_policy import validate_off_policy_section
+    from jaxrl_llm.runners.staleness import validate_async_section
+
+    validate_off_policy_section(config)
+    validate_async_section(config)
     try:
         spec = registry.get(config.algorithm)
     except KeyError as e:

@@ -35,6 +35,9 @@ class PolicyBatch(NamedTuple):
       old_values: float32 [M, T] the critic's values at rollout time, else None.
       positions: int32 [M, T] or None (0..T-1 in every row).
       segment_ids: int32 [M, T] or None (one sequence per row).
+      rollout_logp: float32 [M, T] log-probs the rollout reported (the behaviour policy), set
+        by the runners; `old_logp` then holds the proximal policy's when the off-policy
+        correction needs it (`jaxrl_llm.algorithms.off_policy`).
     """
 
     tokens: Array
@@ -46,6 +49,7 @@ class PolicyBatch(NamedTuple):
     old_values: Array | None = None
     positions: Array | None = None
     segment_ids: Array | None = None
+    rollout_logp: Array | None = None
 
 
 def build_batch(

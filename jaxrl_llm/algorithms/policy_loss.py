@@ -8,7 +8,8 @@ GRPO, PPO, REINFORCE++ and ReMax differ in how they build advantages, not in the
 with r_t = pi_theta(o_t | prefix) / pi_old(o_t | prefix). See "Proximal Policy Optimization
 Algorithms" (1707.06347), DeepSeekMath (2402.03300) for the KL term in the loss, DAPO
 (2503.14476) for clip-higher. Algorithms that put the KL into the reward instead (PPO,
-REINFORCE++) use `kl_beta=0` here.
+REINFORCE++) use `kl_beta=0` here. The first term changes with `config.off_policy` (TIS, IcePop,
+AReaL's decoupled PPO, LlamaRL's AIPO; `jaxrl_llm.algorithms.off_policy`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import ml_collections
 
 from jaxrl_llm import losses
 from jaxrl_llm.algorithms.batch import PolicyBatch
+from jaxrl_llm.algorithms.off_policy import OffPolicyConfig, corrected_pg_loss
 from jaxrl_llm.losses.aggregation import AGG_MODES
 from jaxrl_llm.losses.kl import KL_ESTIMATORS
 from jaxrl_llm.training.logprobs import sequence_logprobs
@@ -88,6 +90,8 @@ class PolicyLossConfig:
       logprob_implementation: `kernels.logprobs` backend, None for the device default.
       remat: gradient checkpointing per layer, a `jaxrl_llm.models.REMAT_POLICIES` name
         ("full", "dots", "none") or a bool.
+      off_policy: the off-policy correction (`jaxrl_llm.algorithms.off_policy`); "none" is the
+        PPO ratio against `PolicyBatch.old_logp`.
     """
 
     clip_low: float = 0.2
@@ -100,6 +104,7 @@ class PolicyLossConfig:
     temperature: float = 1.0
     logprob_implementation: str | None = None
     remat: bool | str = "full"
+    off_policy: OffPolicyConfig = OffPolicyConfig()
 
     @classmethod
     def from_config(cls, config, *, kl_beta: float | None = None) -> PolicyLossConfig:
@@ -120,6 +125,7 @@ class PolicyLossConfig:
             norm_len=norm_len_for(loss.agg, config.rollout.max_new_tokens),
             temperature=config.rollout.temperature,
             remat=config.train.remat,
+            off_policy=OffPolicyConfig.from_config(config),
         )
 
 
@@ -154,11 +160,10 @@ def policy_loss(
         positions_bt=batch.positions,
         segment_ids_bt=batch.segment_ids,
     )
-    pg_loss, metrics = losses.ppo_clip(
+    pg_loss, metrics = corrected_pg_loss(
         logp,
-        batch.old_logp,
-        batch.advantages,
-        mask,
+        batch,
+        off_policy=config.off_policy,
         clip_low=config.clip_low,
         clip_high=config.clip_high,
         agg=config.agg,

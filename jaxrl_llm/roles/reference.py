@@ -13,6 +13,18 @@ from jaxrl_llm.sharding import TRAIN_RULES, Rules, param_shardings
 from jaxrl_llm.training import sequence_logprobs
 
 
+def logprob_fn(graphdef, *, temperature: float):
+    """A jitted `(params, tokens_bt) -> logp_bt` of a model graph: float32 [B, T] log-probs of
+    int32 [B, T] sequences (the `Rollout` layout) at the rollout temperature."""
+
+    def logprobs(params, tokens_bt):
+        model = nnx.merge(graphdef, params)
+        logp_bt, _ = sequence_logprobs(model, tokens_bt, temperature=temperature)
+        return logp_bt
+
+    return jax.jit(logprobs)
+
+
 class Reference:
     """A frozen copy of a policy's parameters on a mesh, and its jitted log-prob forward.
 
@@ -35,13 +47,7 @@ class Reference:
         self.graphdef, params = nnx.split(model, nnx.Param)
         params = jax.tree.map(jnp.copy, params)
         self.params = place_params(params, param_shardings(params, mesh, rules), donate=True)
-
-        def logprobs(params, tokens_bt):
-            return sequence_logprobs(
-                nnx.merge(self.graphdef, params), tokens_bt, temperature=temperature
-            )[0]
-
-        self._logprobs = jax.jit(logprobs)
+        self._logprobs = logprob_fn(self.graphdef, temperature=temperature)
 
     def logprobs(self, tokens_bt) -> np.ndarray:
         """float32 [B, T] log-probs of `tokens_bt` (int32 [B, T], the `Rollout` layout)."""

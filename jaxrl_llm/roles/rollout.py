@@ -10,8 +10,11 @@ tried to pass through the host would raise. Between steps the decode copy is dro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
+import jax
+import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh
 
@@ -74,23 +77,45 @@ class RolloutWorker:
         self.params, stats = reshard(actor_params, self.shardings, donate=False)
         return stats
 
+    def snapshot(self, actor_params: nnx.State) -> tuple[nnx.State, ReshardStats]:
+        """Like `sync`, but returns the decode-layout copy instead of keeping it, and never
+        shares a buffer with `actor_params` (the actor's train step donates those): a weight
+        version the asynchronous runner's generator may use while the actor trains on.
+
+        The stats count every leaf written, moved or copied in place (`bytes`), and the
+        seconds until the last one is ready.
+        """
+        start = time.perf_counter()
+        params, stats = reshard(actor_params, self.shardings, donate=False)
+        in_place = {id(x) for x in jax.tree.leaves(actor_params)}
+        params = jax.tree.map(lambda x: jnp.copy(x) if id(x) in in_place else x, params)
+        leaves = jax.block_until_ready(jax.tree.leaves(params))
+        written = sum(x.nbytes for x in leaves)
+        return params, stats._replace(bytes=written, seconds=time.perf_counter() - start)
+
     def release(self) -> None:
         """Drops the decode-layout copy (the actor keeps the train layout)."""
         self.params = None
 
-    def _check_synced(self):
+    def _params(self, params: nnx.State | None) -> nnx.State:
+        if params is not None:
+            return params
         if self.params is None:
             raise RuntimeError("RolloutWorker: call sync(actor.params) before generating.")
+        return self.params
 
-    def sample(self, prompt_ids: Sequence[Sequence[int]], *, seed: int) -> Rollout:
-        """Sampled completions of token-id prompts (row b keyed by fold_in(key(seed), b))."""
-        self._check_synced()
+    def sample(
+        self, prompt_ids: Sequence[Sequence[int]], *, seed: int, params: nnx.State | None = None
+    ) -> Rollout:
+        """Sampled completions of token-id prompts (row b keyed by fold_in(key(seed), b)), with
+        the synced weights or `params` (decode layout, e.g. from `snapshot`)."""
         rollout, self.last_work = self._sampler.generate_with_work(
-            prompt_ids, seed=seed, params=self.params
+            prompt_ids, seed=seed, params=self._params(params)
         )
         return rollout
 
-    def greedy(self, prompt_ids: Sequence[Sequence[int]]) -> Rollout:
+    def greedy(
+        self, prompt_ids: Sequence[Sequence[int]], *, params: nnx.State | None = None
+    ) -> Rollout:
         """Greedy (argmax) completions, e.g. ReMax's baseline."""
-        self._check_synced()
-        return self._greedy(prompt_ids, seed=0, params=self.params)
+        return self._greedy(prompt_ids, seed=0, params=self._params(params))

@@ -1,7 +1,9 @@
 """Runners own the loop and nothing algorithm-specific; hooks do the side work.
 
 `train(config, workdir)` is the synchronous online runner (`online_sync`): collect -> process ->
-update for whichever `Algorithm` the config names (or one passed in). `restore_policy(workdir)`
+update for whichever `Algorithm` the config names (or one passed in). With
+`config.async_rl.enabled` it runs the asynchronous runner (`online_async`): a generator thread and
+the learner at once, samples at most `max_staleness` weight versions old. `restore_policy(workdir)`
 gives a finished run's policy back (its config, model and checkpointed weights).
 """
 
@@ -17,11 +19,14 @@ from jaxrl_llm.runners.hooks import (
     StepRecord,
     default_hooks,
 )
+from jaxrl_llm.runners.online_async import AsyncRun
 from jaxrl_llm.runners.online_sync import TIME_KEYS, OnlineRun, rollout_seed, train
+from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.restore import RestoredPolicy, load_run_config, restore_policy
 
 __all__ = [
     "TIME_KEYS",
+    "AsyncRun",
     "CheckpointHook",
     "EvaluationHook",
     "Hook",
@@ -29,6 +34,7 @@ __all__ = [
     "NonFiniteGuard",
     "NonFiniteLossError",
     "OnlineRun",
+    "PipelineError",
     "ProgressHook",
     "RestoredPolicy",
     "StepRecord",

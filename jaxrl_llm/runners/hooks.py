@@ -1,10 +1,11 @@
 """Side work every runner shares, as hooks: checkpoints, evaluation, metrics, progress, the guard.
 
-A hook has three optional methods, called by the runner in list order:
+A hook has four optional methods, called by the runner in list order:
 
     on_start(run)              after the roles are built, before the first step
     on_step(run, record)       after each step's update, with its `StepRecord`
     on_end(run)                after the last step (not after an exception)
+    on_error(run, error)       when an asynchronous run's generator or learner failed
 
 `run` is the runner's `RunContext` (config, workdir, state to checkpoint, evaluation). A hook
 that must stop the run raises (the guard raises `NonFiniteLossError`). The runner marks a step
@@ -79,6 +80,10 @@ class Hook:
     def on_end(self, run: RunContext) -> None:
         """Called after the last step."""
 
+    def on_error(self, run: RunContext, error: BaseException) -> None:
+        """Called when the generator or the learner of an asynchronous run failed or stalled
+        (`PipelineError`), before the run raises it."""
+
 
 class CheckpointHook(Hook):
     """Restores the newest checkpoint on start; saves every `every` steps and at the end."""
@@ -109,6 +114,13 @@ class CheckpointHook(Hook):
             return
         if record.step % self.every == 0 or record.last:
             self.checkpointer.save(record.step, run.state_tree(), run.meta)
+
+    def on_error(self, run: RunContext, error: BaseException) -> None:
+        """Keeps the last trained step: saves it unless it is already saved."""
+        step = run.meta["step"]
+        if step and step not in self.checkpointer.all_steps():
+            self.checkpointer.save(step, run.state_tree(), run.meta)
+            print(f"[jaxrl_llm] {type(error).__name__}: step {step} saved before stopping")
 
     def close(self) -> None:
         """Waits for pending writes."""

@@ -23,20 +23,24 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from jaxrl_llm import algorithms
 from jaxrl_llm.algorithms.base import Algorithm, Experience
 from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
+from jaxrl_llm.algorithms.off_policy import OffPolicyConfig
 from jaxrl_llm.config import validate_config
 from jaxrl_llm.data.presets import resolve_task
 from jaxrl_llm.evals import EvalSettings, Evaluator
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.rewards import accuracy
+from jaxrl_llm.roles import place_batch
+from jaxrl_llm.roles.reference import logprob_fn
 from jaxrl_llm.rollout.chat import completion_texts, prompt_ids
 from jaxrl_llm.runners.components import (
     Roles,
@@ -46,10 +50,16 @@ from jaxrl_llm.runners.components import (
     build_roles,
 )
 from jaxrl_llm.runners.hooks import Hook, StepRecord, default_hooks
+from jaxrl_llm.runners.pipeline import PipelineError
 
-# Metrics that depend on the process, not on the run's seed: wall times, and whether this step
-# compiled the train step for a new batch shape (a resumed process compiles again).
+# Metrics that depend on the process, not on the run's seed: wall times, whether this step
+# compiled the train step for a new batch shape (a resumed process compiles again), and the
+# asynchronous runner's queue depth and idle times.
 TIME_KEYS = (
+    "async/queue_depth",
+    "async/learner_idle_s",
+    "async/generator_idle_s",
+    "async/sync_s",
     "time/rollout_s",
     "time/reward_s",
     "time/prepare_s",
@@ -106,6 +116,28 @@ def state_tree(roles: Roles, algo_state: Any) -> dict[str, Any]:
     return tree
 
 
+class Generated(NamedTuple):
+    """One RL step's prompts, samples and rewards, on the host: what the generator produces.
+
+    Attributes:
+      examples: the step's prompts (`Example`s), each sampled G times.
+      rollout: the sampled `Rollout` (numpy), B = prompts x G rows.
+      completions: [B] decoded completion texts.
+      reward_out: the reward role's `RewardOutput` of every row.
+      baseline_rewards: float32 [B] greedy-baseline rewards (ReMax), else None.
+      work: the rollout's `DecodeWork`.
+      seconds: {"rollout": sampling (and baseline) seconds, "reward": scoring seconds}.
+    """
+
+    examples: list
+    rollout: Any
+    completions: list[str]
+    reward_out: Any
+    baseline_rewards: np.ndarray | None
+    work: Any
+    seconds: dict[str, float]
+
+
 class OnlineRun:
     """One online run's state and the hook-facing `RunContext` (see `jaxrl_llm.runners.hooks`).
 
@@ -128,6 +160,7 @@ class OnlineRun:
             parts.model, parts.tokenizer, roles.reward, eval_settings(config)
         )
         self._train_shapes: set[tuple[int, ...]] = set()
+        self._proximal = None  # the actor's jitted log-prob forward, built on first use
 
     # -- RunContext ---------------------------------------------------------------------------
     def state_tree(self) -> dict[str, Any]:
@@ -157,9 +190,20 @@ class OnlineRun:
         result["seconds"] = time.time() - t0
         return result
 
+    # -- what runs beside the loop (the asynchronous runner's generator; nothing here) -------
+    def start_pipeline(self) -> None:
+        """Called once the run is restored, before the first step."""
+
+    def close_pipeline(self) -> None:
+        """Called when the loop ends, normally or not."""
+
+    def fail(self, error: BaseException) -> None:
+        """Called when the loop raises `error`."""
+
     # -- one step -----------------------------------------------------------------------------
-    def collect(self, step: int) -> tuple[Experience, dict[str, Any]]:
-        """Rollout, rewards, and what the algorithm's roles add; all on the host."""
+    def generate(self, step: int, params) -> Generated:
+        """The prompts of the next batch, sampled with `params` (decode layout) and scored;
+        everything the rollout side does for RL step `step`, on the host."""
         c, roles, tokenizer = self.config, self.roles, self.parts.tokenizer
         group = c.rollout.group_size
         t0 = time.time()
@@ -170,13 +214,13 @@ class OnlineRun:
             system_prompt=c.task.system_prompt,
             instruction_suffix=c.task.instruction_suffix,
         )
-        sync = roles.rollout.sync(roles.actor.params)
         rollout = roles.rollout.sample(
-            [i for i in ids for _ in range(group)], seed=rollout_seed(c.seed, step)
+            [i for i in ids for _ in range(group)], seed=rollout_seed(c.seed, step), params=params
         )
-        baseline = roles.rollout.greedy(ids) if self.algorithm.baseline_rollout else None
-        work = roles.rollout.last_work
-        roles.rollout.release()
+        baseline = (
+            roles.rollout.greedy(ids, params=params) if self.algorithm.baseline_rollout else None
+        )
+        work = jax.device_get(roles.rollout.last_work)
         rollout = jax.device_get(rollout)
         completions = completion_texts(tokenizer, rollout)
         t_reward = time.time()
@@ -187,29 +231,46 @@ class OnlineRun:
         if baseline is not None:
             greedy_out = roles.reward(texts, completion_texts(tokenizer, baseline), examples)
             baseline_rewards = np.repeat(greedy_out.total, group)
-        t_prepare = time.time()
-        experience = Experience(
+        seconds = {"rollout": t_reward - t0, "reward": time.time() - t_reward}
+        return Generated(
+            examples, rollout, completions, reward_out, baseline_rewards, work, seconds
+        )
+
+    def experience(self, generated: Generated) -> Experience:
+        """`generated` plus what the algorithm's train-side roles add (reference log-probs,
+        critic values), computed with their current weights."""
+        roles, rollout = self.roles, generated.rollout
+        return Experience(
             rollout=rollout,
-            rewards=reward_out.total,
-            group_size=group,
+            rewards=generated.reward_out.total,
+            group_size=self.config.rollout.group_size,
             ref_logp=None if roles.reference is None else roles.reference.logprobs(rollout.tokens),
             values=None if roles.critic is None else roles.critic.values(rollout.tokens),
-            baseline_rewards=baseline_rewards,
+            baseline_rewards=generated.baseline_rewards,
         )
-        info = dict(
-            examples=examples,
-            completions=completions,
-            reward_out=reward_out,
-            times=dict(start=t0, reward=t_reward, prepare=t_prepare),
-            sync=sync,
-            work=jax.device_get(work),
-        )
-        return experience, info
+
+    def proximal_logprobs(self, tokens_bt) -> np.ndarray:
+        """float32 [B, T] log-probs of `tokens_bt` under the actor's current weights."""
+        actor = self.roles.actor
+        if self._proximal is None:
+            self._proximal = logprob_fn(actor.graphdef, temperature=self.config.rollout.temperature)
+        tokens = place_batch(np.asarray(tokens_bt, np.int32), actor.mesh, actor.rules)
+        return np.asarray(self._proximal(actor.params, tokens))
 
     def process(self, experience: Experience):
-        """The algorithm's train batch (packed when configured) and its host-side scalars."""
+        """The algorithm's train batch (packed when configured) and its host-side scalars.
+
+        The batch carries the rollout's log-probs as `rollout_logp` (the behaviour policy), and
+        `old_logp` becomes the actor's current log-probs when `config.off_policy` asks for the
+        proximal policy (`jaxrl_llm.algorithms.off_policy`).
+        """
         c = self.config
         batch, scalars = self.algorithm.make_batch(experience, self.algo_state)
+        rollout_logp = jnp.asarray(experience.rollout.logprobs, jnp.float32)
+        batch = batch._replace(rollout_logp=rollout_logp)
+        if OffPolicyConfig.from_config(c).needs_proximal:
+            proximal = self.proximal_logprobs(experience.rollout.tokens)
+            batch = batch._replace(old_logp=jnp.asarray(proximal))
         if c.train.pack_sequences:
             batch, _ = pack_batch(
                 batch,
@@ -237,8 +298,39 @@ class OnlineRun:
         return out
 
     def step(self, step: int) -> StepRecord:
-        """collect -> process -> update, and the step's record for the hooks."""
-        experience, info = self.collect(step)
+        """Sync the rollout's weights, generate, learn: one synchronous RL step."""
+        start = time.time()
+        sync = self.roles.rollout.sync(self.roles.actor.params)
+        generated = self.generate(step, self.roles.rollout.params)
+        self.roles.rollout.release()
+        return self.learn(
+            step,
+            generated,
+            data_after=self.parts.batcher.state(),
+            start=start,
+            scalars={"time/sync_s": sync.seconds},
+        )
+
+    def learn(
+        self,
+        step: int,
+        generated: Generated,
+        *,
+        data_after: dict[str, Any],
+        start: float,
+        scalars: dict[str, float] | None = None,
+    ) -> StepRecord:
+        """Experience -> train batch -> updates for RL step `step`, and its record.
+
+        Args:
+          step: the RL step (the actor's version before these updates).
+          generated: the step's samples (`generate`).
+          data_after: the prompt batcher's state after this step's prompts (checkpointed).
+          start: when the step started (time.time()), for "time/step_s".
+          scalars: more metrics of the step (sync time, the asynchronous runner's).
+        """
+        t_prepare = time.time()
+        experience = self.experience(generated)
         batch, algo_scalars = self.process(experience)
         new_shape = batch.tokens.shape not in self._train_shapes
         self._train_shapes.add(batch.tokens.shape)
@@ -249,9 +341,8 @@ class OnlineRun:
         self.algo_state = self.algorithm.update(
             self.algo_state, {**algo_scalars, **train_scalars, "batch_size": rows}
         )
-        reward_out, rollout, group = info["reward_out"], experience.rollout, experience.group_size
-        times = info["times"]
-        scalars = {
+        reward_out, rollout, group = generated.reward_out, experience.rollout, experience.group_size
+        step_scalars = {
             "reward/mean": float(np.mean(reward_out.total)),
             "reward/accuracy": accuracy(reward_out.per_function["task"]),
             "reward/zero_std_groups": float(
@@ -261,19 +352,19 @@ class OnlineRun:
             "reward/timeouts": float(sum(reward_out.num_timeouts.values())),
             "completion/length": float(np.mean(rollout.lengths)),
             "completion/eos_fraction": float(np.mean(rollout.finish_reason != 0)),
-            **_work_metrics(info["work"]),
+            **_work_metrics(generated.work),
             "train/rows": float(batch.tokens.shape[0]),
             "time/new_train_shape": float(new_shape),
             **train_scalars,
             **{f"algo/{k}": v for k, v in algo_scalars.items()},
-            "time/sync_s": info["sync"].seconds,
-            "time/rollout_s": times["reward"] - times["start"],
-            "time/reward_s": times["prepare"] - times["reward"],
-            "time/prepare_s": t_train - times["prepare"],
+            "time/rollout_s": generated.seconds["rollout"],
+            "time/reward_s": generated.seconds["reward"],
+            "time/prepare_s": t_train - t_prepare,
             "time/train_s": t_end - t_train,
-            "time/step_s": t_end - times["start"],
+            "time/step_s": t_end - start,
+            **(scalars or {}),
         }
-        examples, completions = info["examples"], info["completions"]
+        examples, completions = generated.examples, generated.completions
         samples = [
             {
                 "prompt": examples[i // group].question,
@@ -283,11 +374,11 @@ class OnlineRun:
             }
             for i in range(0, len(completions), group)
         ]
-        skipped = scalars.get("train/nonfinite", 0.0) >= 1.0  # every actor update was skipped
+        skipped = step_scalars.get("train/nonfinite", 0.0) >= 1.0  # every actor update skipped
         if not skipped:
-            self.meta.update(step=step + 1, data=self.parts.batcher.state())
+            self.meta.update(step=step + 1, data=data_after)
         last = step + 1 == self.config.train.num_steps
-        return StepRecord(step + 1, scalars, samples, skip_save=skipped, last=last)
+        return StepRecord(step + 1, step_scalars, samples, skip_save=skipped, last=last)
 
 
 class StopSignal:
@@ -380,7 +471,12 @@ def train(
         f.write(config.to_json_best_effort(indent=2))
     algorithm = algorithms.check_algorithm(algorithm or algorithms.make(config))
     parts = build_parts(config)
-    run = OnlineRun(config, workdir, algorithm, parts, build_roles(config, algorithm, parts))
+    run_class = OnlineRun
+    if config.async_rl.enabled:
+        from jaxrl_llm.runners.online_async import AsyncRun
+
+        run_class = AsyncRun
+    run = run_class(config, workdir, algorithm, parts, build_roles(config, algorithm, parts))
     if hooks is None:
         hooks = default_hooks(config, workdir, desc=algorithm.name.upper(), progress=progress)
     stop = StopSignal()
@@ -388,6 +484,7 @@ def train(
         for hook in hooks:
             hook.on_start(run)
         parts.batcher.restore(run.meta["data"])
+        run.start_pipeline()
         train_start = time.time()
         for step in range(run.meta["step"], config.train.num_steps):
             record = run.step(step)
@@ -405,16 +502,27 @@ def train(
                     f"[jaxrl_llm] stopping after step {step + 1}: train.max_time_s={budget} spent"
                 )
                 break
+        run.close_pipeline()
         run.summary["train_time_s"] = time.time() - train_start
         if not stop.requested:  # a preempted run leaves as fast as it can
             for hook in hooks:
                 hook.on_end(run)
+    except PipelineError as e:
+        for hook in hooks:
+            hook.on_error(run, e)
+        raise
+    except BaseException as e:
+        run.fail(e)
+        raise
     finally:
+        run.close_pipeline()
         stop.restore()
         run.writer.close()
         for hook in hooks:
             if hasattr(hook, "close"):
                 hook.close()
+    if hasattr(run, "async_summary"):
+        run.summary["async"] = run.async_summary()
     run.summary["steps"] = run.meta["step"]
     run.summary["algorithm"] = algorithm.name
     run.summary["wall_time_s"] = time.time() - start_time

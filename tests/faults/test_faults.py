@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RUNS = [
     pytest.param("experiments/configs/grpo_tiny.py", id="grpo"),
     pytest.param("experiments/configs/ppo_tiny.py", id="ppo"),
+    pytest.param("experiments/configs/grpo_async_tiny.py", id="grpo_async"),
 ]
 STEPS = 4
 

@@ -13,7 +13,7 @@ from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.rewards import RewardRunner
 from jaxrl_llm.roles import Learner, RolloutWorker, make_placement, validate_placement
-from jaxrl_llm.runners import TIME_KEYS, components, train
+from jaxrl_llm.runners import TIME_KEYS, train
 from jaxrl_llm.sharding import no_host_transfers
 from jaxrl_llm.training import make_optimizer
 
@@ -24,19 +24,6 @@ def _placement(mode, train_mesh, rollout_mesh=(1, 1)):
     return ml_collections.ConfigDict(
         dict(mode=mode, train_mesh=train_mesh, rollout_mesh=rollout_mesh)
     )
-
-
-def _odd_length_reward(prompt, completion, example):
-    """A reward the tiny random model earns about half the time, so the updates are not zero."""
-    return float(len(completion) % 2)
-
-
-@pytest.fixture
-def text_reward(monkeypatch):
-    def build(config):
-        return RewardRunner({"task": _odd_length_reward}, timeout_s=None)
-
-    monkeypatch.setattr(components, "build_rewards", build)
 
 
 def _run(tmp_path, name, placement, steps=3):
@@ -127,6 +114,24 @@ def test_colocated_sync_reshards_to_the_decode_layout_on_the_same_devices():
     np.testing.assert_array_equal(
         np.asarray(mlp_decode), expected["layers"][0]["mlp"]["gate_proj"].get_value()
     )
+
+
+@pytest.mark.parametrize("mode", ["colocated", "split"])
+def test_snapshot_outlives_the_actors_donated_update(mode):
+    """The asynchronous runner's weight versions: fresh buffers, on device, never through the
+    host, still readable after the actor's step donated its own."""
+    placement, actor, rollout, expected = _actor_and_rollout(mode)
+    with no_host_transfers():
+        snapshot, stats = rollout.snapshot(actor.params)
+    leaves = jax.tree.leaves(snapshot)
+    assert stats.bytes == sum(x.nbytes for x in leaves) and stats.seconds > 0
+    before = jax.tree.leaves(actor.params)
+    actor.update({"x": np.zeros((8, 1), np.float32)})
+    assert all(x.is_deleted() for x in before)  # the step donated the old parameters
+    rollout_devices = set(placement.rollout_mesh.devices.flat)
+    for got, want in zip(jax.tree.leaves(snapshot), jax.tree.leaves(expected), strict=True):
+        assert not got.is_deleted() and set(got.sharding.device_set) == rollout_devices
+        np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_main_job_runs_on_a_one_device_mesh():

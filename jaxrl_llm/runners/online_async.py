@@ -1,0 +1,205 @@
+"""The asynchronous online runner: generator and learner at the same time, bounded staleness.
+
+    config.async_rl.enabled = True          # train(config, workdir) then runs this runner
+    config.async_rl.max_staleness = 2       # k: batches trained at most 2 versions after their weights
+    config.placement.mode = "split"         # generator and learner on disjoint devices
+
+See "LlamaRL: A Distributed Asynchronous Reinforcement Learning Framework for Efficient
+Large-scale LLM Training" (2505.24034) and "AReaL: A Large-Scale Asynchronous Reinforcement
+Learning System for Language Reasoning" (2505.24298). A generator thread samples and scores
+batch s with the newest published weights allowed (`jaxrl_llm.runners.staleness`) and queues it
+tagged with that weight version; the learner (the calling thread) trains batch s at version s,
+then publishes its weights to the generator every `sync_every` updates: `RolloutWorker.snapshot`
+reshards them device to device into the decode layout on the rollout mesh (under a transfer
+guard, never through the host). Each thread drives its own jitted programs; with a split
+placement they run on disjoint devices at once. The off-policy correction is `config.off_policy`.
+
+Every sample carries the version that generated it and the learner checks the bound on every
+one (`StalenessCounter`). Per step it logs the staleness, queue depth, each side's idle seconds
+and the weight sync's seconds and bytes. A failing or stalled side stops the run within
+`async_rl.timeout_s` with a `PipelineError` naming it, after a checkpoint of the last trained
+step. In deterministic mode (the default) the schedule is fixed, so the run is a function of its
+seed and a killed run resumes exactly: checkpoints also hold the older weight versions that
+batches not yet trained will be generated with.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from jaxrl_llm.runners.hooks import StepRecord
+from jaxrl_llm.runners.online_sync import OnlineRun
+from jaxrl_llm.runners.pipeline import GeneratedBatch, Pipeline, PipelineClosed
+from jaxrl_llm.runners.staleness import (
+    StalenessCounter,
+    behaviour_version,
+    is_published,
+    oldest_allowed,
+    pending_slots,
+    pending_versions,
+)
+
+
+class AsyncRun(OnlineRun):
+    """An `OnlineRun` whose rollouts come from a generator thread (see the module docstring).
+
+    `train` drives it like the synchronous run (`step` is one learner step), between
+    `start_pipeline()` and `close_pipeline()`.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        a = self.config.async_rl
+        self.max_staleness, self.sync_every = a.max_staleness, a.sync_every
+        self.deterministic = a.deterministic
+        self.pipeline: Pipeline | None = None
+        self.counter = StalenessCounter(self.max_staleness)
+        self._restored_slots: list[Any] | None = None
+        self._generator: threading.Thread | None = None
+        self.totals = {"learner_idle_s": 0.0, "generator_idle_s": 0.0, "sync_s": 0.0}
+        self.totals.update(sync_bytes=0, syncs=0)
+
+    # -- checkpoints: the train state plus the weight versions still to be generated with ----
+    def _num_slots(self) -> int:
+        return pending_slots(self.max_staleness, self.sync_every) if self.deterministic else 0
+
+    def state_tree(self) -> dict[str, Any]:
+        tree = super().state_tree()
+        slots = self._num_slots()
+        if not slots:
+            return tree
+        published = self.pipeline.published() if self.pipeline is not None else {}
+        if not published:  # before the pipeline starts: arrays of the layout, a restore target
+            layout, _ = self.roles.rollout.snapshot(self.roles.actor.params)
+            tree["pending_weights"] = [layout] * slots
+            return tree
+        versions = pending_versions(self.meta["step"], self.max_staleness, self.sync_every)
+        self.meta["pending_versions"] = versions
+        filler = max(published)
+        tree["pending_weights"] = [
+            published[versions[i] if i < len(versions) else filler] for i in range(slots)
+        ]
+        return tree
+
+    def load_state_tree(self, tree: dict[str, Any]) -> None:
+        self._restored_slots = tree.pop("pending_weights", None)
+        super().load_state_tree(tree)
+
+    # -- the two sides ------------------------------------------------------------------------
+    def publish(self, version: int) -> dict[str, float]:
+        """Puts the actor's weights, as `version`, in the decode layout on the rollout mesh."""
+        params, stats = self.roles.rollout.snapshot(self.roles.actor.params)
+        self.pipeline.publish(version, params)
+        keep_from = (
+            behaviour_version(version, self.max_staleness, self.sync_every)
+            if self.deterministic
+            else version
+        )
+        self.pipeline.drop_weights_below(keep_from)
+        self.totals["sync_s"] += stats.seconds
+        self.totals["sync_bytes"] += stats.bytes
+        self.totals["syncs"] += 1
+        return {"async/sync_s": stats.seconds, "async/sync_bytes": float(stats.bytes)}
+
+    def _generate_batches(self, first_step: int) -> None:
+        """The generator thread: batches first_step .. num_steps - 1, in order."""
+        k, n = self.max_staleness, self.sync_every
+        try:
+            for step in range(first_step, self.config.train.num_steps):
+                if self.deterministic:
+                    version, params, waited = self.pipeline.weights(
+                        at_least=behaviour_version(step, k, n), exact=True
+                    )
+                else:
+                    version, params, waited = self.pipeline.weights(
+                        at_least=oldest_allowed(step, k)
+                    )
+                generated = self.generate(step, params)
+                del params
+                data_after = self.parts.batcher.state()
+                self.pipeline.put(GeneratedBatch(step, version, generated, data_after, waited))
+        except PipelineClosed:
+            return
+        except BaseException as e:  # the learner re-raises it as a PipelineError
+            self.pipeline.fail("generator", e)
+
+    def start_pipeline(self) -> None:
+        """Publishes the starting weights (and restored older versions) and starts the
+        generator thread at the run's current step."""
+        self.pipeline = Pipeline(timeout_s=self.config.async_rl.timeout_s)
+        start = self.meta["step"]
+        counts = self.meta.get("staleness_counts", {})
+        self.counter = StalenessCounter(self.max_staleness, {int(s): c for s, c in counts.items()})
+        if self._restored_slots is not None:
+            for version, params in zip(
+                self.meta.get("pending_versions", []), self._restored_slots, strict=False
+            ):
+                self.pipeline.publish(version, params)
+            self._restored_slots = None
+        if is_published(start, self.sync_every) or not self.deterministic:
+            self.publish(start)
+        self._generator = threading.Thread(
+            target=self._generate_batches, args=(start,), name="jaxrl_llm-generator", daemon=True
+        )
+        self._generator.start()
+
+    def close_pipeline(self, *, join_timeout_s: float = 10.0) -> None:
+        """Stops the generator (it exits at its next wait) and waits for it a little; a
+        generator still busy after that ends in the background (a daemon thread)."""
+        if self.pipeline is not None:
+            self.pipeline.close()
+        if self._generator is not None:
+            self._generator.join(join_timeout_s)
+            self._generator = None
+
+    def fail(self, error: BaseException) -> None:
+        """Tells the generator that the learner failed (it stops waiting for weights)."""
+        if self.pipeline is not None:
+            self.pipeline.fail("learner", error)
+
+    def step(self, step: int) -> StepRecord:
+        """One learner step: the next queued batch, trained at version `step`, then publish."""
+        start = time.time()
+        batch, learner_idle, depth = self.pipeline.get()
+        if batch.step != step:
+            raise RuntimeError(
+                f"the learner expected batch {step}, the generator sent {batch.step}"
+            )
+        rows = batch.generated.rollout.tokens.shape[0]
+        staleness_b = self.counter.record(step, np.full(rows, batch.version))
+        self.totals["learner_idle_s"] += learner_idle
+        self.totals["generator_idle_s"] += batch.generator_idle_s
+        scalars = {
+            "async/version": float(batch.version),
+            "async/staleness": float(staleness_b.mean()),
+            "async/queue_depth": float(depth),
+            "async/learner_idle_s": learner_idle,
+            "async/generator_idle_s": batch.generator_idle_s,
+        }
+        record = self.learn(
+            step, batch.generated, data_after=batch.data_after, start=start, scalars=scalars
+        )
+        version = step + 1
+        if is_published(version, self.sync_every):  # also after the last step: the same
+            # metrics whatever num_steps is, and a checkpoint holds what a longer run needs
+            record.scalars.update(self.publish(version))
+        self.meta["staleness_counts"] = {str(s): c for s, c in self.counter.histogram().items()}
+        return record
+
+    def async_summary(self) -> dict[str, Any]:
+        """Staleness histogram, idle seconds of each side and weight-sync totals of the run."""
+        syncs = max(self.totals["syncs"], 1)
+        return {
+            "max_staleness": self.max_staleness,
+            "sync_every": self.sync_every,
+            "deterministic": self.deterministic,
+            "staleness_histogram": self.counter.histogram(),
+            "learner_idle_s": self.totals["learner_idle_s"],
+            "generator_idle_s": self.totals["generator_idle_s"],
+            "mean_sync_s": self.totals["sync_s"] / syncs,
+            "mean_sync_bytes": self.totals["sync_bytes"] / syncs,
+        }
