@@ -22,7 +22,8 @@ from jaxrl_llm.checkpoint import CheckpointSaveError
 from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.rewards import RewardRunner
-from jaxrl_llm.runners import TIME_KEYS, components, train
+from jaxrl_llm.runners import components, train
+from tests.run_helpers import assert_same_steps, rows_by_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNS = [
@@ -46,24 +47,8 @@ def _config(path, steps=STEPS, **overrides):
     )
 
 
-def _by_step(workdir):
-    """The last row of each step (a resumed run rewrites the steps it redoes)."""
-    rows = {}
-    for row in read_metrics(str(workdir)):
-        if "train/rows" in row:
-            rows[row["step"]] = {k: v for k, v in row.items() if k not in TIME_KEYS}
-    return rows
-
-
 def _assert_same_steps(got_dir, want_dir, steps=STEPS):
-    got, want = _by_step(got_dir), _by_step(want_dir)
-    assert sorted(got) == sorted(want) == list(range(1, steps + 1))
-    for step in want:
-        assert got[step].keys() == want[step].keys()
-        for key in want[step]:
-            np.testing.assert_allclose(
-                got[step][key], want[step][key], rtol=1e-5, atol=1e-7, err_msg=f"{step} {key}"
-            )
+    assert_same_steps(got_dir, want_dir, steps)
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +157,9 @@ def test_nan_loss_at_a_chosen_step_skips_that_update_only(tmp_path, monkeypatch,
 
     monkeypatch.setattr(grpo, "group_advantages", poisoned)
     train(_config(path), str(tmp_path), progress=False)
-    rows = _by_step(tmp_path)
+    rows = rows_by_step(tmp_path)
     assert [rows[s]["train/nonfinite"] for s in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 0.0]
-    want = _by_step(uninterrupted(path))
+    want = rows_by_step(uninterrupted(path))
     for step in (1, 2):  # before the fault: identical
         np.testing.assert_allclose(rows[step]["train/entropy"], want[step]["train/entropy"])
     steps = sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
@@ -243,7 +228,7 @@ def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path, uninterrupte
     assert proc.returncode == 0, out
     assert "SIGTERM received" in out
     saved = sorted(int(d) for d in os.listdir(workdir / "checkpoints") if d.isdigit())
-    stopped_at = len(_by_step(workdir))
+    stopped_at = len(rows_by_step(workdir))
     assert saved == [stopped_at] and stopped_at < STEPS  # saved although not a multiple of 100
     resumed = _cli(workdir, "--config.train.checkpoint_every=100")
     out, _ = resumed.communicate(timeout=600)
@@ -316,7 +301,10 @@ def test_real_full_disk_then_more_space_resumes(small_filesystem, uninterrupted)
     workdir = small_filesystem / "run"
     with pytest.raises(CheckpointSaveError, match="Newest intact checkpoint: step 2"):
         train(_config(path), str(workdir), progress=False)
-    assert _by_step(workdir).keys() == {1, 2}  # the checkpoint hook runs before the metrics hook
+    assert rows_by_step(workdir).keys() == {
+        1,
+        2,
+    }  # the checkpoint hook runs before the metrics hook
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_filesystem)], check=True)
     train(_config(path), str(workdir), progress=False)
     _assert_same_steps(workdir, uninterrupted(path))

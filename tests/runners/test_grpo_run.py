@@ -1,10 +1,6 @@
 """The GRPO loop end to end on a tiny random model: resume after SIGKILL, non-finite guard, CLI."""
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -12,7 +8,8 @@ import pytest
 from jaxrl_llm.algorithms import grpo
 from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import TIME_KEYS, NonFiniteLossError, train
+from jaxrl_llm.runners import NonFiniteLossError, train
+from tests.run_helpers import assert_same_steps, kill_at_step_then_resume, start_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")
@@ -26,64 +23,16 @@ FLAGS = [
 
 
 def _main(workdir, *extra):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "jaxrl_llm.main",
-        "--config",
-        TINY,
-        "--workdir",
-        str(workdir),
-        "--no_progress",
-        *FLAGS,
-        *extra,
-    ]
-    return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-
-def _last_rows_by_step(workdir):
-    rows = {}
-    for row in read_metrics(str(workdir)):
-        rows[row["step"]] = {k: v for k, v in row.items() if k not in TIME_KEYS}
-    return rows
+    return start_main(TINY, workdir, *FLAGS, *extra)
 
 
 def test_sigkill_and_resume_reproduces_every_later_step(tmp_path):
     reference = _main(tmp_path / "a")
     out, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, out
-
-    victim = _main(tmp_path / "b")
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        rows = read_metrics(str(tmp_path / "b"))
-        if rows and rows[-1]["step"] >= 3:  # checkpoint 2 is on disk before step 3 starts
-            break
-        if victim.poll() is not None:
-            pytest.fail("the run ended before it could be killed:\n" + victim.stdout.read())
-        time.sleep(0.2)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    resumed = _main(tmp_path / "b")
-    out, _ = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, out
-    assert "resumed from" in out
-
-    expected, got = _last_rows_by_step(tmp_path / "a"), _last_rows_by_step(tmp_path / "b")
-    assert sorted(got) == sorted(expected) == list(range(1, STEPS + 1))
-    for step in range(1, STEPS + 1):
-        assert got[step].keys() == expected[step].keys()
-        for key in expected[step]:
-            np.testing.assert_allclose(
-                got[step][key],
-                expected[step][key],
-                rtol=1e-6,
-                atol=1e-7,
-                err_msg=f"step {step} {key}",
-            )
+    # checkpoint 2 is on disk before step 3 starts
+    kill_at_step_then_resume(lambda: _main(tmp_path / "b"), tmp_path / "b", step=3)
+    assert_same_steps(tmp_path / "b", tmp_path / "a", STEPS, rtol=1e-6)
 
 
 def test_unknown_config_key_lists_close_matches(tmp_path):

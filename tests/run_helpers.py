@@ -1,0 +1,69 @@
+"""Helpers of the tests that run training end to end: metrics by step, kill-and-resume."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from jaxrl_llm.metrics import read_metrics
+from jaxrl_llm.runners import TIME_KEYS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start_main(config_path: str, workdir, *flags: str) -> subprocess.Popen:
+    """`python -m jaxrl_llm.main --config CONFIG --workdir WORKDIR --no_progress FLAGS...` from
+    the repository root, its output captured as text."""
+    cmd = [sys.executable, "-m", "jaxrl_llm.main", "--config", config_path]
+    cmd += ["--workdir", str(workdir), "--no_progress", *flags]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def rows_by_step(workdir) -> dict[int, dict]:
+    """The last training row of each step (a resumed run rewrites the steps it redoes), without
+    the process-dependent keys (`TIME_KEYS`)."""
+    rows = {}
+    for row in read_metrics(str(workdir)):
+        if "train/rows" in row:
+            rows[row["step"]] = {k: v for k, v in row.items() if k not in TIME_KEYS}
+    return rows
+
+
+def kill_at_step_then_resume(start, workdir, step: int) -> str:
+    """Starts `start()` (a `subprocess.Popen` of a run writing to `workdir`), SIGKILLs it once
+    `step` is logged, runs `start()` again to the end, and returns that run's output."""
+    victim = start()
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        rows = read_metrics(str(workdir))
+        if rows and rows[-1]["step"] >= step:
+            break
+        if victim.poll() is not None:
+            pytest.fail("the run ended before it could be killed:\n" + victim.stdout.read())
+        time.sleep(0.1)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    resumed = start()
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "resumed from" in out
+    return out
+
+
+def assert_same_steps(got_dir, want_dir, steps: int, rtol: float = 1e-5, atol: float = 1e-7):
+    """Both runs logged steps 1..steps with the same keys and values."""
+    got, want = rows_by_step(got_dir), rows_by_step(want_dir)
+    assert sorted(got) == sorted(want) == list(range(1, steps + 1))
+    for step in want:
+        assert got[step].keys() == want[step].keys()
+        for key in want[step]:
+            np.testing.assert_allclose(
+                got[step][key], want[step][key], rtol=rtol, atol=atol, err_msg=f"{step} {key}"
+            )
