@@ -44,6 +44,18 @@ from jaxrl_llm.runners.staleness import (
 )
 
 
+def pending_weights_target(config, roles) -> list[Any]:
+    """Arrays laid out like the older weight versions a deterministic asynchronous run's
+    checkpoints hold (`pending_slots` copies of the actor's weights in the decode layout): the
+    restore target of that part of the tree; [] for other runs."""
+    a = config.async_rl
+    slots = pending_slots(a.max_staleness, a.sync_every) if a.enabled and a.deterministic else 0
+    if not slots:
+        return []
+    layout, _ = roles.rollout.snapshot(roles.actor.params)
+    return [layout] * slots
+
+
 class AsyncRun(OnlineRun):
     """An `OnlineRun` whose rollouts come from a generator thread (see the module docstring).
 
@@ -64,18 +76,14 @@ class AsyncRun(OnlineRun):
         self.totals.update(sync_bytes=0, syncs=0)
 
     # -- checkpoints: the train state plus the weight versions still to be generated with ----
-    def _num_slots(self) -> int:
-        return pending_slots(self.max_staleness, self.sync_every) if self.deterministic else 0
-
     def state_tree(self) -> dict[str, Any]:
         tree = super().state_tree()
-        slots = self._num_slots()
-        if not slots:
-            return tree
         published = self.pipeline.published() if self.pipeline is not None else {}
-        if not published:  # before the pipeline starts: arrays of the layout, a restore target
-            layout, _ = self.roles.rollout.snapshot(self.roles.actor.params)
-            tree["pending_weights"] = [layout] * slots
+        if not published:  # before the pipeline starts: a restore target
+            target = pending_weights_target(self.config, self.roles)
+            return {**tree, "pending_weights": target} if target else tree
+        slots = pending_slots(self.max_staleness, self.sync_every) if self.deterministic else 0
+        if not slots:
             return tree
         versions = pending_versions(self.meta["step"], self.max_staleness, self.sync_every)
         self.meta["pending_versions"] = versions

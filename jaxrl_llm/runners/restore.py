@@ -13,6 +13,7 @@ from jaxrl_llm import algorithms
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like
 from jaxrl_llm.config import config_for, validate_config
 from jaxrl_llm.runners.components import RunParts, build_parts, build_roles
+from jaxrl_llm.runners.online_async import pending_weights_target
 from jaxrl_llm.runners.online_sync import state_tree
 
 __all__ = ["RestoredPolicy", "load_run_config", "restore_policy"]
@@ -92,7 +93,11 @@ def restore_policy(workdir: str, step: int | None = None) -> RestoredPolicy:
     algorithm = algorithms.make(config)
     parts = build_parts(config)
     roles = build_roles(config, algorithm, parts)
-    tree, _ = checkpointer.restore(step, abstract_like(state_tree(roles, algorithm.init())))
+    target = state_tree(roles, algorithm.init())
+    pending = pending_weights_target(config, roles)  # deterministic asynchronous runs
+    if pending:
+        target["pending_weights"] = pending
+    tree, _ = checkpointer.restore(step, abstract_like(target))
     checkpointer.close()
     roles.rollout.sync(tree["actor"].params)
     return RestoredPolicy(config, parts, roles.rollout.params, roles.reward, step)

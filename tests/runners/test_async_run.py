@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxrl_llm.config import load_config
-from jaxrl_llm.runners import train
+from jaxrl_llm.runners import restore_policy, train
 from jaxrl_llm.runners.online_async import AsyncRun
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.staleness import behaviour_version
@@ -82,6 +82,8 @@ def test_staleness_follows_the_schedule_and_never_exceeds_the_bound(tmp_path, te
     stale = [r for r in rows.values() if r["async/staleness"] > 0]
     assert stale and all(r["train/off_policy/kl_behaviour"] > 0 for r in stale)
     assert all(r["train/off_policy/ess"] <= 1.0 + 1e-6 for r in rows.values())
+    # The checkpoint also holds the older weight versions; the policy still restores alone.
+    assert restore_policy(str(tmp_path)).step == 5
 
 
 def test_free_running_generator_respects_the_bound(tmp_path, text_reward):
