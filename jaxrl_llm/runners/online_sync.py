@@ -51,6 +51,7 @@ from jaxrl_llm.runners.components import (
 )
 from jaxrl_llm.runners.hooks import Hook, StepRecord, default_hooks
 from jaxrl_llm.runners.pipeline import PipelineError
+from jaxrl_llm.runners.staleness import pending_slots
 
 # Metrics that depend on the process, not on the run's seed: wall times, whether this step
 # compiled the train step for a new batch shape (a resumed process compiles again), and the
@@ -408,12 +409,18 @@ class StopSignal:
 
 def _run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
     """What a resumed run must share with the run that wrote the checkpoints: the algorithm,
-    the task as generated (preset resolved) and the model."""
+    the task as generated (preset resolved), the model, and how many older weight versions a
+    checkpoint holds (deterministic asynchronous runs; another count would not restore)."""
     task, kwargs = resolve_task(config["task"]["name"], dict(config["task"]["kwargs"]))
+    a = config.get("async_rl") or {}  # absent from configs saved before the section existed
+    slots = 0
+    if a.get("enabled") and a.get("deterministic"):
+        slots = pending_slots(a["max_staleness"], a["sync_every"])
     return {
         "algorithm": config["algorithm"],
         "task": f"{task} {json.dumps(kwargs, sort_keys=True, default=list)}",
         "model": f"{config['model']['name']} ({config['model']['init']})",
+        "async_rl": f"{slots} older weight versions per checkpoint",
     }
 
 

@@ -158,3 +158,12 @@ def test_a_stalled_generator_stops_the_run_within_the_timeout(tmp_path, monkeypa
     ):
         train(config, str(tmp_path), progress=False)
     assert "step 2 saved before stopping" in capsys.readouterr().out
+
+
+def test_resuming_with_another_checkpoint_layout_is_refused(tmp_path):
+    config = _config(steps=1, **{"async_rl.enabled": True, "async_rl.max_staleness": 2})
+    train(config, str(tmp_path), progress=False)
+    with config.unlocked():
+        config.async_rl.max_staleness = 4
+    with pytest.raises(ValueError, match="async_rl 2 older weight versions per checkpoint, not 4"):
+        train(config, str(tmp_path), progress=False)
