@@ -17,6 +17,8 @@ e.g. one of `experiments/sweeps/async_staleness.py`. Printed:
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 
@@ -26,6 +28,13 @@ from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.runners.pipeline_model import Phases, best_split, speedup
 
 FRACTIONS = tuple(i / 20 for i in range(1, 20))  # the generator's share of the devices
+
+
+def label_of(workdir: str) -> str:
+    """ "k=K correction" from the run's config.json."""
+    with open(os.path.join(workdir, "config.json")) as f:
+        config = json.load(f)
+    return f"k={config['async_rl']['max_staleness']} {config['off_policy']['correction']}"
 
 
 def phases_of(workdir: str) -> tuple[Phases, dict[str, float]]:
@@ -75,7 +84,7 @@ def main(argv=None) -> int:
         phases, m = phases_of(workdir)
         first = first or phases
         print(
-            f"| {workdir} | {m['steps']} | {m['generate_s']:.1f} | {m['train_s']:.1f} | "
+            f"| {label_of(workdir)} | {m['steps']} | {m['generate_s']:.1f} | {m['train_s']:.1f} | "
             f"{m['sync_s']:.3f} | {m['sync_mb']:.0f} | {100 * m['learner_idle']:.0f}% | "
             f"{100 * m['generator_idle']:.0f}% |"
         )
