@@ -128,8 +128,11 @@ class AsyncRun(OnlineRun):
                     )
                 generated = self.generate(step, params)
                 del params
+                versions_b = np.full(generated.rollout.tokens.shape[0], version, np.int32)
                 data_after = self.parts.batcher.state()
-                self.pipeline.put(GeneratedBatch(step, version, generated, data_after, waited))
+                self.pipeline.put(
+                    GeneratedBatch(step, version, versions_b, generated, data_after, waited)
+                )
         except PipelineClosed:
             return
         except BaseException as e:  # the learner re-raises it as a PipelineError
@@ -177,8 +180,7 @@ class AsyncRun(OnlineRun):
             raise RuntimeError(
                 f"the learner expected batch {step}, the generator sent {batch.step}"
             )
-        rows = batch.generated.rollout.tokens.shape[0]
-        staleness_b = self.counter.record(step, np.full(rows, batch.version))
+        staleness_b = self.counter.record(step, batch.versions_b)
         self.totals["learner_idle_s"] += learner_idle
         self.totals["generator_idle_s"] += batch.generator_idle_s
         scalars = {

@@ -35,6 +35,8 @@ class GeneratedBatch(NamedTuple):
     Attributes:
       step: the learner step that trains it.
       version: the weight version that generated it.
+      versions_b: int32 [B], the weight version of each sample (all `version` here; a
+        generator that switched weights mid-batch would give each row its own).
       generated: what `OnlineRun.generate` returned (rollout, rewards, prompts, timings).
       data_after: the prompt batcher's state after drawing this batch's prompts.
       generator_idle_s: seconds the generator waited for weights before this batch.
@@ -42,6 +44,7 @@ class GeneratedBatch(NamedTuple):
 
     step: int
     version: int
+    versions_b: Any
     generated: Any
     data_after: dict[str, Any]
     generator_idle_s: float

@@ -68,7 +68,7 @@ def test_async_config_errors_name_the_field():
 
 
 def _batch(step, version):
-    return GeneratedBatch(step, version, None, {}, 0.0)
+    return GeneratedBatch(step, version, np.full(2, version), None, {}, 0.0)
 
 
 def test_pipeline_hands_over_versions_and_batches_in_order():
