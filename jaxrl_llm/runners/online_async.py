@@ -37,19 +37,18 @@ from jaxrl_llm.runners.pipeline import GeneratedBatch, Pipeline, PipelineClosed
 from jaxrl_llm.runners.staleness import (
     StalenessCounter,
     behaviour_version,
+    checkpoint_slots,
     is_published,
     oldest_allowed,
-    pending_slots,
     pending_versions,
 )
 
 
 def pending_weights_target(config, roles) -> list[Any]:
     """Arrays laid out like the older weight versions a deterministic asynchronous run's
-    checkpoints hold (`pending_slots` copies of the actor's weights in the decode layout): the
+    checkpoints hold (`checkpoint_slots` copies of the actor's weights in the decode layout): the
     restore target of that part of the tree; [] for other runs."""
-    a = config.async_rl
-    slots = pending_slots(a.max_staleness, a.sync_every) if a.enabled and a.deterministic else 0
+    slots = checkpoint_slots(config.async_rl)
     if not slots:
         return []
     layout, _ = roles.rollout.snapshot(roles.actor.params)
@@ -82,7 +81,7 @@ class AsyncRun(OnlineRun):
         if not published:  # before the pipeline starts: a restore target
             target = pending_weights_target(self.config, self.roles)
             return {**tree, "pending_weights": target} if target else tree
-        slots = pending_slots(self.max_staleness, self.sync_every) if self.deterministic else 0
+        slots = checkpoint_slots(self.config.async_rl)
         if not slots:
             return tree
         versions = pending_versions(self.meta["step"], self.max_staleness, self.sync_every)
@@ -118,14 +117,12 @@ class AsyncRun(OnlineRun):
         k, n = self.max_staleness, self.sync_every
         try:
             for step in range(first_step, self.config.train.num_steps):
-                if self.deterministic:
-                    version, params, waited = self.pipeline.weights(
-                        at_least=behaviour_version(step, k, n), exact=True
-                    )
-                else:
-                    version, params, waited = self.pipeline.weights(
-                        at_least=oldest_allowed(step, k)
-                    )
+                at_least = (
+                    behaviour_version(step, k, n) if self.deterministic else oldest_allowed(step, k)
+                )
+                version, params, waited = self.pipeline.weights(
+                    at_least=at_least, exact=self.deterministic
+                )
                 generated = self.generate(step, params)
                 del params
                 versions_b = np.full(generated.rollout.tokens.shape[0], version, np.int32)
@@ -160,9 +157,11 @@ class AsyncRun(OnlineRun):
 
     def close_pipeline(self, *, join_timeout_s: float = 10.0) -> None:
         """Stops the generator (it exits at its next wait) and waits for it a little; a
-        generator still busy after that ends in the background (a daemon thread)."""
+        generator still busy after that ends in the background (a daemon thread). Puts
+        `async_summary()` into the run's summary."""
         if self.pipeline is not None:
             self.pipeline.close()
+            self.summary["async"] = self.async_summary()
         if self._generator is not None:
             self._generator.join(join_timeout_s)
             self._generator = None

@@ -51,7 +51,7 @@ from jaxrl_llm.runners.components import (
 )
 from jaxrl_llm.runners.hooks import Hook, StepRecord, default_hooks
 from jaxrl_llm.runners.pipeline import PipelineError
-from jaxrl_llm.runners.staleness import pending_slots
+from jaxrl_llm.runners.staleness import checkpoint_slots
 
 # Metrics that depend on the process, not on the run's seed: wall times, whether this step
 # compiled the train step for a new batch shape (a resumed process compiles again), and the
@@ -161,6 +161,7 @@ class OnlineRun:
             parts.model, parts.tokenizer, roles.reward, eval_settings(config)
         )
         self._train_shapes: set[tuple[int, ...]] = set()
+        self._off_policy = OffPolicyConfig.from_config(config)
         self._proximal = None  # the actor's jitted log-prob forward, built on first use
 
     # -- RunContext ---------------------------------------------------------------------------
@@ -269,7 +270,7 @@ class OnlineRun:
         batch, scalars = self.algorithm.make_batch(experience, self.algo_state)
         rollout_logp = jnp.asarray(experience.rollout.logprobs, jnp.float32)
         batch = batch._replace(rollout_logp=rollout_logp)
-        if OffPolicyConfig.from_config(c).needs_proximal:
+        if self._off_policy.needs_proximal:
             proximal = self.proximal_logprobs(experience.rollout.tokens)
             batch = batch._replace(old_logp=jnp.asarray(proximal))
         if c.train.pack_sequences:
@@ -412,10 +413,8 @@ def _run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
     the task as generated (preset resolved), the model, and how many older weight versions a
     checkpoint holds (deterministic asynchronous runs; another count would not restore)."""
     task, kwargs = resolve_task(config["task"]["name"], dict(config["task"]["kwargs"]))
-    a = config.get("async_rl") or {}  # absent from configs saved before the section existed
-    slots = 0
-    if a.get("enabled") and a.get("deterministic"):
-        slots = pending_slots(a["max_staleness"], a["sync_every"])
+    # async_rl is absent from configs saved before the section existed
+    slots = checkpoint_slots(config.get("async_rl") or {})
     return {
         "algorithm": config["algorithm"],
         "task": f"{task} {json.dumps(kwargs, sort_keys=True, default=list)}",
@@ -528,8 +527,6 @@ def train(
         for hook in hooks:
             if hasattr(hook, "close"):
                 hook.close()
-    if hasattr(run, "async_summary"):
-        run.summary["async"] = run.async_summary()
     run.summary["steps"] = run.meta["step"]
     run.summary["algorithm"] = algorithm.name
     run.summary["wall_time_s"] = time.time() - start_time

@@ -85,6 +85,15 @@ def pending_slots(max_staleness: int, sync_every: int) -> int:
     return math.ceil(max_staleness / sync_every)
 
 
+def checkpoint_slots(async_rl) -> int:
+    """The older weight versions each checkpoint of a run holds: `pending_slots` for a
+    deterministic asynchronous run, else 0. `async_rl` is `config.async_rl` or the same section
+    read back from a run's config.json (a dict)."""
+    if not (async_rl.get("enabled") and async_rl.get("deterministic")):
+        return 0
+    return pending_slots(async_rl["max_staleness"], async_rl["sync_every"])
+
+
 class StalenessCounter:
     """Counts trained samples by staleness and checks each against the bound.
 
