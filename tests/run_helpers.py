@@ -15,10 +15,12 @@ from jaxrl_llm.runners import TIME_KEYS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def start_main(config_path: str, workdir, *flags: str) -> subprocess.Popen:
+def start_main(config_path: str, workdir, *flags: str, script: str | None = None):
     """`python -m jaxrl_llm.main --config CONFIG --workdir WORKDIR --no_progress FLAGS...` from
-    the repository root, its output captured as text."""
-    cmd = [sys.executable, "-m", "jaxrl_llm.main", "--config", config_path]
+    the repository root, its output captured as text (a `subprocess.Popen`). With `script`,
+    `python -c SCRIPT` gets the same arguments instead (a main patched for a fault)."""
+    program = ["-m", "jaxrl_llm.main"] if script is None else ["-c", script]
+    cmd = [sys.executable, *program, "--config", config_path]
     cmd += ["--workdir", str(workdir), "--no_progress", *flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
@@ -36,18 +38,25 @@ def rows_by_step(workdir) -> dict[int, dict]:
     return rows
 
 
-def kill_at_step_then_resume(start, workdir, step: int) -> str:
-    """Starts `start()` (a `subprocess.Popen` of a run writing to `workdir`), SIGKILLs it once
-    `step` is logged, runs `start()` again to the end, and returns that run's output."""
-    victim = start()
+def wait_for_step(workdir, proc, step: int) -> None:
+    """Returns once the run `proc` (writing to `workdir`) has logged `step`; fails the test
+    when it ends earlier or takes over 10 minutes."""
     deadline = time.time() + 600
     while time.time() < deadline:
         rows = read_metrics(str(workdir))
         if rows and rows[-1]["step"] >= step:
-            break
-        if victim.poll() is not None:
-            pytest.fail("the run ended before it could be killed:\n" + victim.stdout.read())
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before step {step} was logged:\n" + proc.stdout.read())
         time.sleep(0.1)
+    pytest.fail(f"timed out waiting for the run to log step {step}")
+
+
+def kill_at_step_then_resume(start, workdir, step: int) -> str:
+    """Starts `start()` (a `subprocess.Popen` of a run writing to `workdir`), SIGKILLs it once
+    `step` is logged, runs `start()` again to the end, and returns that run's output."""
+    victim = start()
+    wait_for_step(workdir, victim, step)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     resumed = start()

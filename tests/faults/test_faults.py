@@ -10,7 +10,6 @@ import errno
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -23,7 +22,7 @@ from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.rewards import RewardRunner
 from jaxrl_llm.runners import components, train
-from tests.run_helpers import assert_same_steps, rows_by_step
+from tests.run_helpers import assert_same_steps, rows_by_step, start_main, wait_for_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNS = [
@@ -186,43 +185,21 @@ def test_disk_full_when_saving_stops_with_the_intact_checkpoint_named(
 
 
 def _cli(workdir, *extra, script=None):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    flags = [
-        "--config",
+    return start_main(
         "experiments/configs/grpo_tiny.py",
-        "--workdir",
-        str(workdir),
-        "--no_progress",
+        workdir,
         f"--config.train.num_steps={STEPS}",
         "--config.eval.before=False",
         "--config.eval.after=False",
         *extra,
-    ]
-    if script is None:
-        cmd = [sys.executable, "-m", "jaxrl_llm.main", *flags]
-    else:
-        cmd = [sys.executable, "-c", script, *flags]
-    return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        script=script,
     )
-
-
-def _wait_for_step(workdir, proc, step):
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        rows = read_metrics(str(workdir))
-        if rows and rows[-1]["step"] >= step:
-            return
-        if proc.poll() is not None:
-            pytest.fail("the run ended early:\n" + proc.stdout.read())
-        time.sleep(0.1)
-    pytest.fail("timed out waiting for the run")
 
 
 def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path, uninterrupted):
     workdir = tmp_path / "run"
     proc = _cli(workdir, "--config.train.checkpoint_every=100")
-    _wait_for_step(workdir, proc, 1)
+    wait_for_step(workdir, proc, 1)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out

@@ -17,13 +17,13 @@ from jaxrl_llm.runners.online_async import AsyncRun
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.staleness import behaviour_version
 from tests.run_helpers import (
+    ROOT,
     assert_same_steps,
     kill_at_step_then_resume,
     rows_by_step,
     start_main,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")
 ASYNC_TINY = os.path.join(ROOT, "experiments", "configs", "grpo_async_tiny.py")
 SPLIT = ml_collections.ConfigDict(dict(mode="split", train_mesh=(2, 2), rollout_mesh=(1, 4)))
