@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 
 from jaxrl_llm.rollout import CacheLayout, DecodeWork, Rollout
 from jaxrl_llm.rollout.chat import chat_generator
+from jaxrl_llm.rollout.inflight import InflightRollout, WeightsSource, generate_inflight
 from jaxrl_llm.sharding import DECODE_RULES, ReshardStats, Rules, param_shardings, reshard
 
 
@@ -113,6 +114,23 @@ class RolloutWorker:
             prompt_ids, seed=seed, params=self._params(params)
         )
         return rollout
+
+    def sample_inflight(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        *,
+        seed: int,
+        weights: WeightsSource,
+        chunk_tokens: int,
+    ) -> InflightRollout:
+        """`sample`, taking the newest weights from `weights()` (version, decode-layout params)
+        before every `chunk_tokens` decode steps (PipelineRL's in-flight updates,
+        `jaxrl_llm.rollout.inflight`); each token is tagged with its version."""
+        out = generate_inflight(
+            self._sampler, prompt_ids, seed=seed, weights=weights, chunk_tokens=chunk_tokens
+        )
+        self.last_work = out.work
+        return out
 
     def greedy(
         self, prompt_ids: Sequence[Sequence[int]], *, params: nnx.State | None = None

@@ -219,7 +219,7 @@ class ContinuousGenerator(Generator):
             prompts, padded_batch=num_rows, prompt_bucket=prompt_bucket, pad_id=config.pad_id,
             mode=mode,
         )  # fmt: skip
-        static = self._program_options((n,), copies_rows=False)
+        static = self.program_options((n,), copies_rows=False)
         prompt_len = np.ones((num_rows + 1,), np.int32)  # and the scratch row's
         prompt_len[:num_rows] = packed.lengths[:num_rows]
         options = self._row_options(prompt_len, num_rows, seed, max_new_tokens)

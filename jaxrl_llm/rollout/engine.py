@@ -466,85 +466,110 @@ def _shared_prefill(
     return prefill(model, suffix_us, suffix_len_u, cache, start=start)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "static", "cache_shardings"))
-def _generate_padded(
-    state,
-    prompt_bt,
-    prefix_l,
-    suffix_us,
-    suffix_len_u,
-    source_b,
-    active_b,
-    options: RowOptions,
-    eos_ids_e,
-    stop_sw,
-    *,
-    graphdef,
-    static: _Static,
-    cache_shardings,
-):
-    _TRACES["generate"] += 1
-    model = nnx.merge(graphdef, state)
-    batch, prompt_bucket = prompt_bt.shape
-    n_new = static.max_new_tokens
-    total = prompt_bucket + n_new
+class PaddedInputs(NamedTuple):
+    """A packed batch's device inputs to the decode programs (see `Generator.padded_inputs`)."""
 
+    prompt_bt: Array  # int32 [B_pad, P]
+    prefix_l: Array  # int32 [L], the prefix every prompt shares (empty unless "common")
+    suffix_us: Array  # int32 [U_pad, P - L], the prompts to prefill
+    suffix_len_u: Array  # int32 [U_pad]
+    source_b: Array  # int32 [B_pad], the prefilled row each row copies
+    active_b: Array  # bool [B_pad], False at padding rows
+    options: RowOptions
+    eos_ids_e: Array
+    stop_sw: Array
+
+
+def start_decode(
+    model: Transformer, inputs: PaddedInputs, *, static: _Static, cache_shardings
+) -> _LoopState:
+    """Prefill and the first sampled token: the decode state at step 1, first stage's slots."""
+    batch, prompt_bucket = inputs.prompt_bt.shape
+    n_new = static.max_new_tokens
     cache_dtype = None if static.cache_dtype is None else jnp.dtype(static.cache_dtype)
     # Prefill into a P-slot cache (its attention then spans P keys, not P + N), then extend it
     # with zero slots: the last sampled token is never fed back, so P + N - 1 slots suffice.
     logits_bv, cache = _shared_prefill(
-        model, prefix_l, suffix_us, suffix_len_u, prompt_bucket, cache_dtype, cache_shardings
+        model,
+        inputs.prefix_l,
+        inputs.suffix_us,
+        inputs.suffix_len_u,
+        prompt_bucket,
+        cache_dtype,
+        cache_shardings,
     )
     if static.copies_rows:
+        source_b = inputs.source_b
         logits_bv, cache = jnp.take(logits_bv, source_b, axis=0), _take_rows(cache, source_b)
-    cache = _constrain(_extend_cache(cache, total - 1 - prompt_bucket), cache_shardings)
-
-    def record(s: _LoopState, logits_bv: Array) -> _LoopState:
-        step_b = jnp.broadcast_to(s.step, s.slots.rows.shape)
-        rows, slots = record_tokens(
-            s.rows, s.slots, step_b, logits_bv, options, eos_ids_e, stop_sw, static
-        )
-        return s._replace(step=s.step + 1, rows=rows, slots=slots)
-
+    cache = _constrain(_extend_cache(cache, n_new - 1), cache_shardings)
     init = _LoopState(
         step=jnp.zeros((), jnp.int32),
-        rows=initial_rows(prompt_bt, n_new, static.pad_id, done_b=~active_b),
-        slots=initial_slots(jnp.arange(batch, dtype=jnp.int32), cache, stop_sw.shape[1]),
+        rows=initial_rows(inputs.prompt_bt, n_new, static.pad_id, done_b=~inputs.active_b),
+        slots=initial_slots(jnp.arange(batch, dtype=jnp.int32), cache, inputs.stop_sw.shape[1]),
         row_steps=jnp.zeros((), jnp.int32),
     )
-    s = record(init, logits_bv)
+    return _record_step(init, logits_bv, inputs, static)
+
+
+def _record_step(
+    s: _LoopState, logits_bv: Array, inputs: PaddedInputs, static: _Static
+) -> _LoopState:
+    step_b = jnp.broadcast_to(s.step, s.slots.rows.shape)
+    rows, slots = record_tokens(
+        s.rows, s.slots, step_b, logits_bv, inputs.options, inputs.eos_ids_e, inputs.stop_sw, static
+    )
+    return s._replace(step=s.step + 1, rows=rows, slots=slots)
+
+
+def live_rows(s: _LoopState) -> Array:
+    """int32 []: unfinished rows in the current decode batch."""
+    return jnp.sum(~s.rows.done[s.slots.rows])
+
+
+def decode_until(
+    model: Transformer,
+    s: _LoopState,
+    inputs: PaddedInputs,
+    *,
+    until: Array | int,
+    next_size: Array | int,
+    static: _Static,
+    cache_shardings,
+) -> _LoopState:
+    """Decodes the current stage's batch while fewer than `until` (<= N) tokens are sampled and
+    more than `next_size` of its rows are unfinished."""
+    prompt_len = inputs.options.prompt_len
 
     def body(s: _LoopState) -> _LoopState:
         # Finished rows in the batch keep computing (it is dense) but their writes are masked.
         slots = s.slots
-        positions = options.prompt_len[slots.rows] + s.step - 1
+        positions = prompt_len[slots.rows] + s.step - 1
         logits_bv, cache = decode_step(model, slots.last_token, positions, slots.cache)
         s = s._replace(
             slots=slots._replace(cache=_constrain(cache, cache_shardings)),
             row_steps=s.row_steps + slots.rows.shape[0],
         )
-        return record(s, logits_bv)
+        return _record_step(s, logits_bv, inputs, static)
 
-    def live(s: _LoopState) -> Array:
-        return jnp.sum(~s.rows.done[s.slots.rows])
+    def cond(s: _LoopState) -> Array:
+        return (s.step < jnp.minimum(until, static.max_new_tokens)) & (live_rows(s) > next_size)
 
-    # Compaction: stage i decodes a batch of stages[i] slots until its live rows fit the next
-    # stage, then the live rows (first, in slot order) are gathered into the smaller batch.
-    for i, size in enumerate(static.stages):
-        if i > 0:
-            order = jnp.argsort((s.rows.done[s.slots.rows]).astype(jnp.int32))[:size]
-            slots = _take_rows(s.slots, order)
-            s = s._replace(slots=slots._replace(cache=_constrain(slots.cache, cache_shardings)))
-        next_size = static.stages[i + 1] if i + 1 < len(static.stages) else 0
+    return jax.lax.while_loop(cond, body, s)
 
-        def cond(s: _LoopState, next_size=next_size):
-            return (s.step < n_new) & (live(s) > next_size)
 
-        s = jax.lax.while_loop(cond, body, s)
+def compact(s: _LoopState, size: int, cache_shardings) -> _LoopState:
+    """Gathers the live rows (first, in slot order) into a decode batch of `size` slots."""
+    order = jnp.argsort((s.rows.done[s.slots.rows]).astype(jnp.int32))[:size]
+    slots = _take_rows(s.slots, order)
+    return s._replace(slots=slots._replace(cache=_constrain(slots.cache, cache_shardings)))
 
-    rollout = rollout_of(s.rows, options.prompt_len)
+
+def finish_decode(s: _LoopState, inputs: PaddedInputs) -> tuple[Rollout, DecodeWork]:
+    """The `Rollout` and `DecodeWork` of a finished decode state."""
+    batch, prompt_bucket = inputs.prompt_bt.shape
+    rollout = rollout_of(s.rows, inputs.options.prompt_len)
     steps = s.step - 1
-    prefill_tokens = prefix_l.shape[0] + suffix_us.size
+    prefill_tokens = inputs.prefix_l.shape[0] + inputs.suffix_us.size
     work = DecodeWork(
         prefill_tokens=jnp.asarray(prefill_tokens, jnp.int32),
         prefill_tokens_plain=jnp.asarray(batch * prompt_bucket, jnp.int32),
@@ -553,6 +578,29 @@ def _generate_padded(
         decode_steps=steps,
     )
     return rollout, work
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "static", "cache_shardings"))
+def _generate_padded(state, inputs: PaddedInputs, *, graphdef, static: _Static, cache_shardings):
+    _TRACES["generate"] += 1
+    model = nnx.merge(graphdef, state)
+    s = start_decode(model, inputs, static=static, cache_shardings=cache_shardings)
+    # Compaction: stage i decodes a batch of stages[i] slots until its live rows fit the next
+    # stage, then the live rows are gathered into the smaller batch.
+    for i, size in enumerate(static.stages):
+        if i > 0:
+            s = compact(s, size, cache_shardings)
+        next_size = static.stages[i + 1] if i + 1 < len(static.stages) else 0
+        s = decode_until(
+            model,
+            s,
+            inputs,
+            until=static.max_new_tokens,
+            next_size=next_size,
+            static=static,
+            cache_shardings=cache_shardings,
+        )
+    return finish_decode(s, inputs)
 
 
 def _per_row(value, batch: int, padded: int, default: float) -> np.ndarray:
@@ -637,22 +685,9 @@ class Generator:
         max_new_tokens: Sequence[int] | None = None,
     ) -> tuple[Rollout, DecodeWork]:
         """`__call__`, also returning the `DecodeWork` (prefill and decode computed vs plain)."""
+        inputs, batch, copies_rows = self.padded_inputs(prompts, seed, max_new_tokens)
+        padded = inputs.prompt_bt.shape[0]
         config = self.config
-        packed = batching.pack_prompts(
-            prompts,
-            pad_id=config.pad_id,
-            min_prompt_bucket=config.min_prompt_bucket,
-            min_batch_bucket=config.min_batch_bucket,
-        )
-        batch, padded = packed.batch_size, packed.tokens.shape[0]
-        options = self._row_options(packed.lengths, batch, seed, max_new_tokens)
-        plan = plan_prefill(
-            prompts,
-            padded_batch=padded,
-            prompt_bucket=packed.tokens.shape[1],
-            pad_id=config.pad_id,
-            mode=config.prefix_sharing,
-        )
         graphdef, state = nnx.split(self.model)
         if params is not None:
             state = params
@@ -661,24 +696,49 @@ class Generator:
         )
         out, work = _generate_padded(
             state,
-            jnp.asarray(packed.tokens),
-            jnp.asarray(plan.prefix),
-            jnp.asarray(plan.suffixes),
-            jnp.asarray(plan.suffix_lengths),
-            jnp.asarray(plan.source),
-            jnp.asarray(packed.active),
-            options,
-            jnp.asarray(self._eos),
-            jnp.asarray(self._stop),
+            inputs,
             graphdef=graphdef,
-            static=self._program_options(stages, copies_rows=plan.copies_rows),
+            static=self.program_options(stages, copies_rows=copies_rows),
             cache_shardings=self.cache_shardings,
         )
         if padded != batch:
             out = Rollout(*(x[:batch] for x in out))
         return out, work
 
-    def _program_options(self, stages: tuple[int, ...], *, copies_rows: bool) -> _Static:
+    def padded_inputs(
+        self, prompts: Sequence[Sequence[int]], seed, max_new_tokens
+    ) -> tuple[PaddedInputs, int, bool]:
+        """The decode programs' inputs for `prompts` (packed into buckets, prefill planned), the
+        number of real prompts B, and whether the prefill plan shares rows."""
+        config = self.config
+        packed = batching.pack_prompts(
+            prompts,
+            pad_id=config.pad_id,
+            min_prompt_bucket=config.min_prompt_bucket,
+            min_batch_bucket=config.min_batch_bucket,
+        )
+        batch, padded = packed.batch_size, packed.tokens.shape[0]
+        plan = plan_prefill(
+            prompts,
+            padded_batch=padded,
+            prompt_bucket=packed.tokens.shape[1],
+            pad_id=config.pad_id,
+            mode=config.prefix_sharing,
+        )
+        inputs = PaddedInputs(
+            prompt_bt=jnp.asarray(packed.tokens),
+            prefix_l=jnp.asarray(plan.prefix),
+            suffix_us=jnp.asarray(plan.suffixes),
+            suffix_len_u=jnp.asarray(plan.suffix_lengths),
+            source_b=jnp.asarray(plan.source),
+            active_b=jnp.asarray(packed.active),
+            options=self._row_options(packed.lengths, batch, seed, max_new_tokens),
+            eos_ids_e=jnp.asarray(self._eos),
+            stop_sw=jnp.asarray(self._stop),
+        )
+        return inputs, batch, plan.copies_rows
+
+    def program_options(self, stages: tuple[int, ...], *, copies_rows: bool) -> _Static:
         """The static options of a decode program for this config."""
         c = self.config
         return _Static(

@@ -3,6 +3,7 @@
     config.async_rl.enabled = True          # train(config, workdir) then runs this runner
     config.async_rl.max_staleness = 2       # k: batches trained at most 2 versions after their weights
     config.placement.mode = "split"         # generator and learner on disjoint devices
+    config.async_rl.inflight_updates = True # PipelineRL: newer weights between decode chunks
 
 See "LlamaRL: A Distributed Asynchronous Reinforcement Learning Framework for Efficient
 Large-scale LLM Training" (2505.24034) and "AReaL: A Large-Scale Asynchronous Reinforcement
@@ -21,6 +22,11 @@ and the weight sync's seconds and bytes. A failing or stalled side stops the run
 step. In deterministic mode (the default) the schedule is fixed, so the run is a function of its
 seed and a killed run resumes exactly: checkpoints also hold the older weight versions that
 batches not yet trained will be generated with.
+
+With in-flight updates (PipelineRL, 2509.19128; free-running mode only) the generator also asks
+for the newest published weights between decode chunks of a batch (`jaxrl_llm.rollout.inflight`)
+and tags every token with its version; the learner checks every token against the bound and
+logs the tokens' staleness. A row's first token sets its sample version, the bound's reference.
 """
 
 from __future__ import annotations
@@ -67,12 +73,13 @@ class AsyncRun(OnlineRun):
         a = self.config.async_rl
         self.max_staleness, self.sync_every = a.max_staleness, a.sync_every
         self.deterministic = a.deterministic
+        self.inflight = a.inflight_updates
         self.pipeline: Pipeline | None = None
         self.counter = StalenessCounter(self.max_staleness)
         self._restored_slots: list[Any] | None = None
         self._generator: threading.Thread | None = None
         self.totals = {"learner_idle_s": 0.0, "generator_idle_s": 0.0, "sync_s": 0.0}
-        self.totals.update(sync_bytes=0, syncs=0)
+        self.totals.update(sync_bytes=0, syncs=0, tokens=0, token_staleness=0)
 
     # -- checkpoints: the train state plus the weight versions still to be generated with ----
     def state_tree(self) -> dict[str, Any]:
@@ -123,9 +130,14 @@ class AsyncRun(OnlineRun):
                 version, params, waited = self.pipeline.weights(
                     at_least=at_least, exact=self.deterministic
                 )
-                generated = self.generate(step, params)
+                newest = self.pipeline.newest if self.inflight else None
+                generated = self.generate(step, params, weights=newest)
                 del params
                 versions_b = np.full(generated.rollout.tokens.shape[0], version, np.int32)
+                if generated.versions_bt is not None:  # the version each row started with
+                    mask = np.asarray(generated.rollout.completion_mask)
+                    versions_b = np.where(mask, generated.versions_bt, step).min(axis=1)
+                    version = int(versions_b.min())
                 data_after = self.parts.batcher.state()
                 self.pipeline.put(
                     GeneratedBatch(step, version, versions_b, generated, data_after, waited)
@@ -189,6 +201,8 @@ class AsyncRun(OnlineRun):
             "async/learner_idle_s": learner_idle,
             "async/generator_idle_s": batch.generator_idle_s,
         }
+        if batch.generated.versions_bt is not None:
+            scalars.update(self.token_staleness(step, batch.generated))
         record = self.learn(
             step, batch.generated, data_after=batch.data_after, start=start, scalars=scalars
         )
@@ -198,6 +212,23 @@ class AsyncRun(OnlineRun):
             record.scalars.update(self.publish(version))
         self.meta["staleness_counts"] = {str(s): c for s, c in self.counter.histogram().items()}
         return record
+
+    def token_staleness(self, step: int, generated) -> dict[str, float]:
+        """Checks every completion token's weight version of an in-flight batch against the
+        bound; its mean staleness, the fraction of tokens sampled by a newer version than
+        their row started with, and how many versions sampled the batch."""
+        mask = np.asarray(generated.rollout.completion_mask)
+        versions_bt = np.asarray(generated.versions_bt)
+        staleness_t = self.counter.check(step, versions_bt[mask])
+        start_b = np.where(mask, versions_bt, step).min(axis=1)
+        updated = (versions_bt > start_b[:, None]) & mask
+        self.totals["tokens"] += int(mask.sum())
+        self.totals["token_staleness"] += int(staleness_t.sum())
+        return {
+            "async/token_staleness": float(staleness_t.mean()),
+            "async/updated_token_fraction": float(updated.sum() / mask.sum()),
+            "async/versions_in_batch": float(len(np.unique(versions_bt[mask]))),
+        }
 
     def async_summary(self) -> dict[str, Any]:
         """Staleness histogram, idle seconds of each side and weight-sync totals of the run."""
@@ -211,4 +242,10 @@ class AsyncRun(OnlineRun):
             "generator_idle_s": self.totals["generator_idle_s"],
             "mean_sync_s": self.totals["sync_s"] / syncs,
             "mean_sync_bytes": self.totals["sync_bytes"] / syncs,
+            "inflight_updates": self.inflight,
+            "mean_token_staleness": (
+                self.totals["token_staleness"] / self.totals["tokens"]
+                if self.totals["tokens"]
+                else None
+            ),
         }

@@ -42,6 +42,7 @@ from jaxrl_llm.rewards import accuracy
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.roles.reference import logprob_fn
 from jaxrl_llm.rollout.chat import completion_texts, prompt_ids
+from jaxrl_llm.rollout.inflight import WeightsSource
 from jaxrl_llm.runners.components import (
     Roles,
     RunParts,
@@ -128,6 +129,8 @@ class Generated(NamedTuple):
       baseline_rewards: float32 [B] greedy-baseline rewards (ReMax), else None.
       work: the rollout's `DecodeWork`.
       seconds: {"rollout": sampling (and baseline) seconds, "reward": scoring seconds}.
+      versions_bt: int32 [B, T] weight version of each completion token (-1 elsewhere) when
+        the weights changed during the rollout (in-flight updates), else None.
     """
 
     examples: list
@@ -137,6 +140,7 @@ class Generated(NamedTuple):
     baseline_rewards: np.ndarray | None
     work: Any
     seconds: dict[str, float]
+    versions_bt: np.ndarray | None = None
 
 
 class OnlineRun:
@@ -203,9 +207,11 @@ class OnlineRun:
         """Called when the loop raises `error`."""
 
     # -- one step -----------------------------------------------------------------------------
-    def generate(self, step: int, params) -> Generated:
+    def generate(self, step: int, params, *, weights: WeightsSource | None = None) -> Generated:
         """The prompts of the next batch, sampled with `params` (decode layout) and scored;
-        everything the rollout side does for RL step `step`, on the host."""
+        everything the rollout side does for RL step `step`, on the host. With `weights` (a
+        source of the newest (version, params)), the sampling takes newer weights between
+        decode chunks (`config.async_rl.inflight_updates`); a greedy baseline uses `params`."""
         c, roles, tokenizer = self.config, self.roles, self.parts.tokenizer
         group = c.rollout.group_size
         t0 = time.time()
@@ -216,9 +222,18 @@ class OnlineRun:
             system_prompt=c.task.system_prompt,
             instruction_suffix=c.task.instruction_suffix,
         )
-        rollout = roles.rollout.sample(
-            [i for i in ids for _ in range(group)], seed=rollout_seed(c.seed, step), params=params
-        )
+        group_ids, seed = [i for i in ids for _ in range(group)], rollout_seed(c.seed, step)
+        versions_bt = None
+        if weights is None:
+            rollout = roles.rollout.sample(group_ids, seed=seed, params=params)
+        else:
+            inflight = roles.rollout.sample_inflight(
+                group_ids,
+                seed=seed,
+                weights=weights,
+                chunk_tokens=c.async_rl.inflight_chunk_tokens,
+            )
+            rollout, versions_bt = inflight.rollout, inflight.versions_bt
         baseline = (
             roles.rollout.greedy(ids, params=params) if self.algorithm.baseline_rollout else None
         )
@@ -235,7 +250,7 @@ class OnlineRun:
             baseline_rewards = np.repeat(greedy_out.total, group)
         seconds = {"rollout": t_reward - t0, "reward": time.time() - t_reward}
         return Generated(
-            examples, rollout, completions, reward_out, baseline_rewards, work, seconds
+            examples, rollout, completions, reward_out, baseline_rewards, work, seconds, versions_bt
         )
 
     def experience(self, generated: Generated) -> Experience:

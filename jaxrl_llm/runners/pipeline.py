@@ -35,8 +35,9 @@ class GeneratedBatch(NamedTuple):
     Attributes:
       step: the learner step that trains it.
       version: the weight version that generated it.
-      versions_b: int32 [B], the weight version of each sample (all `version` here; a
-        generator that switched weights mid-batch would give each row its own).
+      versions_b: int32 [B], the weight version each sample started with (`version`; with
+        in-flight updates its later tokens may come from newer versions:
+        `generated.versions_bt`).
       generated: what `OnlineRun.generate` returned (rollout, rewards, prompts, timings).
       data_after: the prompt batcher's state after drawing this batch's prompts.
       generator_idle_s: seconds the generator waited for weights before this batch.
@@ -72,13 +73,7 @@ class Pipeline:
         start = time.monotonic()
         deadline = start + self.timeout_s
         while not ready():
-            if self._error is not None:
-                raise PipelineError(
-                    f"the {self._failed_side} failed ({type(self._error).__name__}: "
-                    f"{self._error}); the {waiter} stops too"
-                ) from self._error
-            if self._closed:
-                raise PipelineClosed()
+            self._raise_if_ended(waiter)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise PipelineError(
@@ -88,6 +83,16 @@ class Pipeline:
                 )
             self._cond.wait(remaining)
         return time.monotonic() - start
+
+    def _raise_if_ended(self, side: str) -> None:
+        """Raises `PipelineError` if the other side failed, `PipelineClosed` if the run ended."""
+        if self._error is not None:
+            raise PipelineError(
+                f"the {self._failed_side} failed ({type(self._error).__name__}: "
+                f"{self._error}); the {side} stops too"
+            ) from self._error
+        if self._closed:
+            raise PipelineClosed()
 
     # -- weights --------------------------------------------------------------------------------
     def publish(self, version: int, params: Any) -> None:
@@ -112,6 +117,16 @@ class Pipeline:
             )
             version = pick()
             return version, self._weights[version], waited
+
+    def newest(self) -> tuple[int, Any]:
+        """The newest published version and its params, without waiting (an in-flight
+        generator's check between decode chunks); raises if the run ended or failed."""
+        with self._cond:
+            self._raise_if_ended("generator")
+            if not self._weights:
+                raise PipelineError("no weight version is published; the learner publishes first")
+            version = max(self._weights)
+            return version, self._weights[version]
 
     def drop_weights_below(self, version: int) -> None:
         """Forgets published versions older than `version` (the generator holds what it uses)."""

@@ -37,6 +37,11 @@ def async_section() -> ml_collections.ConfigDict:
     # Seconds either side may wait for the other (a batch, a weight version) before the run
     # stops with an error naming the side that stalled.
     c.timeout_s = 1800.0
+    # PipelineRL: the generator takes the newest published weights between decode chunks of a
+    # batch (keeping its KV cache), so each token carries its own version (free-running only).
+    c.inflight_updates = False
+    # Decode steps between two weight checks of an in-flight generator.
+    c.inflight_chunk_tokens = 16
     return c
 
 
@@ -55,6 +60,17 @@ def validate_async_section(config) -> None:
         )
     if not a.timeout_s > 0:
         raise ValueError(f"config.async_rl.timeout_s={a.timeout_s} must be > 0 seconds.")
+    if a.inflight_updates and a.deterministic:
+        raise ValueError(
+            "config.async_rl.inflight_updates=True switches weights whenever the learner "
+            "publishes, which no fixed schedule can reproduce: set "
+            "config.async_rl.deterministic=False with it."
+        )
+    if not isinstance(a.inflight_chunk_tokens, int) or a.inflight_chunk_tokens < 1:
+        raise ValueError(
+            f"config.async_rl.inflight_chunk_tokens={a.inflight_chunk_tokens!r} must be an "
+            "integer >= 1 (decode steps between weight checks)."
+        )
 
 
 def is_published(version: int, sync_every: int) -> bool:
@@ -108,16 +124,22 @@ class StalenessCounter:
         self.max_staleness = max_staleness
         self.counts: dict[int, int] = dict(counts or {})
 
-    def record(self, step: int, versions_b: np.ndarray) -> np.ndarray:
-        """Staleness [B] of batch `step`'s samples; raises when one exceeds the bound."""
-        staleness_b = step - np.asarray(versions_b, np.int64)
-        worst = int(staleness_b.max())
-        if worst > self.max_staleness or int(staleness_b.min()) < 0:
+    def check(self, step: int, versions: np.ndarray) -> np.ndarray:
+        """Staleness of batch `step`'s weight versions (of samples or tokens, any shape);
+        raises when one is outside [0, max_staleness]."""
+        versions = np.asarray(versions, np.int64)
+        staleness = step - versions
+        if staleness.max() > self.max_staleness or staleness.min() < 0:
             raise RuntimeError(
-                f"batch {step} holds samples of weight versions {sorted(set(versions_b.tolist()))}"
-                f": staleness {worst} is outside [0, max_staleness={self.max_staleness}]. This is "
-                "a bug of the runner, not of the config."
+                f"batch {step} holds weight versions {sorted(set(versions.ravel().tolist()))}"
+                f": staleness {int(staleness.max())} is outside [0, max_staleness="
+                f"{self.max_staleness}]. This is a bug of the runner, not of the config."
             )
+        return staleness
+
+    def record(self, step: int, versions_b: np.ndarray) -> np.ndarray:
+        """Staleness [B] of batch `step`'s samples (`check`), counted in the histogram."""
+        staleness_b = self.check(step, versions_b)
         for value, count in zip(*np.unique(staleness_b, return_counts=True), strict=True):
             self.counts[int(value)] = self.counts.get(int(value), 0) + int(count)
         return staleness_b

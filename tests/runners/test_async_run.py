@@ -96,6 +96,65 @@ def test_free_running_generator_respects_the_bound(tmp_path, text_reward):
     assert all(0 <= r["async/staleness"] <= 1 for r in rows_by_step(tmp_path).values())
 
 
+def _wait_for_a_newer_version_once_per_batch(monkeypatch, wait_s=5.0):
+    """Makes the generator slower than the learner at one point of each batch: at its second
+    weight check it waits (up to `wait_s`) for a version newer than the one it started with, as
+    a long rollout would, so that in-flight switches happen whatever the machine's speed."""
+    import jaxrl_llm.roles.rollout as rollout_role
+
+    real = rollout_role.generate_inflight
+
+    def patient(generator, prompts, *, weights, **kwargs):
+        calls = []
+
+        def source():
+            version, params = weights()
+            calls.append(version)
+            deadline = time.monotonic() + wait_s
+            while len(calls) == 2 and version == calls[0] and time.monotonic() < deadline:
+                time.sleep(0.01)
+                version, params = weights()
+            return version, params
+
+        return real(generator, prompts, weights=source, **kwargs)
+
+    monkeypatch.setattr(rollout_role, "generate_inflight", patient)
+
+
+def test_inflight_updates_tag_every_token_and_respect_the_bound(tmp_path, text_reward, monkeypatch):
+    _wait_for_a_newer_version_once_per_batch(monkeypatch)
+    config = _config(
+        steps=5,
+        **{
+            "async_rl.enabled": True,
+            "async_rl.max_staleness": 1,
+            "async_rl.deterministic": False,
+            "async_rl.inflight_updates": True,
+            "async_rl.inflight_chunk_tokens": 2,
+            "off_policy.correction": "decoupled_ppo",
+        },
+    )
+    summary = train(config, str(tmp_path), progress=False)
+    rows = rows_by_step(tmp_path)
+    assert sorted(rows) == [1, 2, 3, 4, 5]
+    for row in rows.values():
+        # A token is never staler than the sample it belongs to, nor beyond the bound.
+        assert 0 <= row["async/token_staleness"] <= row["async/staleness"] <= 1
+        assert row["async/versions_in_batch"] >= 1
+    switched = [r for r in rows.values() if r["async/versions_in_batch"] > 1]
+    assert switched, "no batch took newer weights in flight"
+    for row in switched:
+        assert 0 < row["async/updated_token_fraction"] < 1
+        assert row["async/token_staleness"] < row["async/staleness"]
+    assert summary["async"]["inflight_updates"] is True
+    assert 0 <= summary["async"]["mean_token_staleness"] < 1
+
+
+def test_inflight_updates_need_the_free_running_mode():
+    with pytest.raises(ValueError, match="async_rl.deterministic=False"):
+        _config(**{"async_rl.enabled": True, "async_rl.inflight_updates": True})
+
+
 def _main(workdir):
     return start_main(ASYNC_TINY, workdir, "--config.train.num_steps=6")
 
