@@ -14,9 +14,11 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,10 @@ class Checkpointer:
     Args:
       directory: where step folders are written (created).
       max_to_keep: how many recent checkpoints to keep.
+      processes: the processes that write and read these checkpoints (default: every process
+        of the run); a state that lives on one process of several passes {that process}. Such a
+        state's arrays are saved from the host (orbax writes only global arrays from several
+        processes) and put back on their devices at restore.
 
     Example:
       >>> ckpt = Checkpointer(workdir + "/checkpoints")
@@ -47,13 +53,26 @@ class Checkpointer:
       >>> state, meta = ckpt.restore_latest(abstract_state)
     """
 
-    def __init__(self, directory: str, *, max_to_keep: int = 3):
+    def __init__(
+        self, directory: str, *, max_to_keep: int = 3, processes: Collection[int] | None = None
+    ):
         self.directory = os.path.abspath(directory)
         self.quarantine_directory = self.directory.rstrip("/") + "_quarantine"
         self.quarantined: list[Quarantined] = []
+        multiprocessing = ocp.options.MultiprocessingOptions()
+        if processes is not None:
+            multiprocessing = ocp.options.MultiprocessingOptions(
+                primary_host=min(processes), active_processes=set(processes)
+            )
+            os.makedirs(self.directory, exist_ok=True)  # orbax creates it for all processes only
+        self.host_local = processes is not None
         self.manager = ocp.CheckpointManager(
             self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=max_to_keep,
+                create=processes is None,
+                multiprocessing_options=multiprocessing,
+            ),
         )
 
     def save(self, step: int, train_state: Any, metadata: dict[str, Any]) -> None:
@@ -63,6 +82,8 @@ class Checkpointer:
           CheckpointSaveError: the write failed (e.g. no space left); the checkpoints already on
             disk are untouched and a rerun resumes from the newest of them.
         """
+        if self.host_local:
+            train_state = jax.device_get(train_state)
         try:
             self.manager.save(
                 step,
@@ -88,13 +109,23 @@ class Checkpointer:
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
         """Restores checkpoint `step` into arrays shaped (and sharded) like `abstract_state`."""
+        target = abstract_state
+        if self.host_local:  # numpy on the host first, then onto the target's devices
+            target = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), abstract_state)
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), metadata=ocp.args.JsonRestore()
+                state=ocp.args.StandardRestore(target), metadata=ocp.args.JsonRestore()
             ),
         )
-        return restored.state, dict(restored.metadata)
+        state = restored.state
+        if self.host_local:
+            state = jax.tree.map(
+                lambda x, like: jax.device_put(x, like.sharding) if like.sharding else x,
+                state,
+                abstract_state,
+            )
+        return state, dict(restored.metadata)
 
     def quarantine(self, step: int, reason: str) -> Quarantined:
         """Moves step folder `step` aside (to `quarantine_directory`); returns where it went."""

@@ -47,6 +47,9 @@ def main(argv):
     from jaxrl_llm.runners import train
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
+    from jaxrl_llm import distributed
+
+    distributed.initialize()  # joins a multi-process run (JAX_* variables); else nothing
     config = _CONFIG.value
     if _CACHE.value:
         import jax

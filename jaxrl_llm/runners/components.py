@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import jax
 import ml_collections
 
 from jaxrl_llm import gin_bindings
@@ -154,13 +155,19 @@ class Roles(NamedTuple):
     critic: Critic | None = None
 
 
-def build_roles(config: ml_collections.ConfigDict, algorithm: Algorithm, parts: RunParts) -> Roles:
-    """Places the roles `algorithm` needs on the meshes of `config.placement`.
+def build_roles(
+    config: ml_collections.ConfigDict,
+    algorithm: Algorithm,
+    parts: RunParts,
+    devices: Sequence[jax.Device] | None = None,
+) -> Roles:
+    """Places the roles `algorithm` needs on the meshes of `config.placement` over `devices`
+    (default: all of `jax.devices()`; a process of a two-process run passes its local ones).
 
     The reference and the critic copy the policy's weights before the actor takes them over
     (the actor's train step donates its buffers).
     """
-    placement = make_placement(config.placement)
+    placement = make_placement(config.placement, devices)
     policy = parts.model
     reference = critic = None
     if algorithm.needs("reference"):

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import jax
 import tqdm
 
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like
@@ -88,8 +90,8 @@ class Hook:
 class CheckpointHook(Hook):
     """Restores the newest checkpoint on start; saves every `every` steps and at the end."""
 
-    def __init__(self, directory: str, *, every: int):
-        self.checkpointer = Checkpointer(directory)
+    def __init__(self, directory: str, *, every: int, processes: Collection[int] | None = None):
+        self.checkpointer = Checkpointer(directory, processes=processes)
         self.every = every
 
     def on_start(self, run: RunContext) -> None:
@@ -234,6 +236,8 @@ def default_hooks(config, workdir: str, *, desc: str, progress: bool = True) -> 
         CheckpointHook(
             os.path.join(workdir, "checkpoints"),
             every=config.train.checkpoint_every,
+            # A two-process asynchronous run's state lives on its learner process alone.
+            processes={jax.process_index()} if config.async_rl.processes == 2 else None,
         ),
         EvaluationHook(before=config.eval.before, after=config.eval.after, every=config.eval.every),
         MetricsHook(sample_every=config.train.sample_every),

@@ -40,6 +40,7 @@ import numpy as np
 from jaxrl_llm.runners.hooks import StepRecord
 from jaxrl_llm.runners.online_sync import OnlineRun
 from jaxrl_llm.runners.pipeline import GeneratedBatch, Pipeline, PipelineClosed
+from jaxrl_llm.runners.remote_pipeline import RemotePipeline, weights_like
 from jaxrl_llm.runners.staleness import (
     StalenessCounter,
     behaviour_version,
@@ -74,6 +75,8 @@ class AsyncRun(OnlineRun):
         self.max_staleness, self.sync_every = a.max_staleness, a.sync_every
         self.deterministic = a.deterministic
         self.inflight = a.inflight_updates
+        self.processes = a.processes
+        self.generator_error: BaseException | None = None
         self.pipeline: Pipeline | None = None
         self.counter = StalenessCounter(self.max_staleness)
         self._restored_slots: list[Any] | None = None
@@ -145,12 +148,20 @@ class AsyncRun(OnlineRun):
         except PipelineClosed:
             return
         except BaseException as e:  # the learner re-raises it as a PipelineError
+            self.generator_error = e
             self.pipeline.fail("generator", e)
 
     def start_pipeline(self) -> None:
         """Publishes the starting weights (and restored older versions) and starts the
-        generator thread at the run's current step."""
-        self.pipeline = Pipeline(timeout_s=self.config.async_rl.timeout_s)
+        generator thread at the run's current step (with two processes: tells the generator
+        process where the run starts)."""
+        a = self.config.async_rl
+        if self.processes == 2:
+            self.pipeline = RemotePipeline(
+                side="learner", timeout_s=a.timeout_s, host=a.transfer_host
+            )
+        else:
+            self.pipeline = Pipeline(timeout_s=a.timeout_s)
         start = self.meta["step"]
         counts = self.meta.get("staleness_counts", {})
         self.counter = StalenessCounter(self.max_staleness, {int(s): c for s, c in counts.items()})
@@ -162,10 +173,36 @@ class AsyncRun(OnlineRun):
             self._restored_slots = None
         if is_published(start, self.sync_every) or not self.deterministic:
             self.publish(start)
+        if self.processes == 2:
+            self.pipeline.send_start(start, self.meta["data"])
+            return
         self._generator = threading.Thread(
             target=self._generate_batches, args=(start,), name="jaxrl_llm-generator", daemon=True
         )
         self._generator.start()
+
+    def serve_generation(self) -> dict[str, Any]:
+        """The generator process of a two-process run: waits for the learner's start, then
+        generates and sends every batch of the run; returns its summary. Raises what stopped
+        it (its own error, or a `PipelineError` naming the learner)."""
+        a = self.config.async_rl
+        like = weights_like(self.roles.actor.params, self.roles.rollout.shardings)
+        self.pipeline = RemotePipeline(
+            side="generator", timeout_s=a.timeout_s, weights_like=like, host=a.transfer_host
+        )
+        try:
+            step, data = self.pipeline.receive_start()
+            self.parts.batcher.restore(data)
+            self._generate_batches(step)
+        finally:
+            self.pipeline.close()
+        if self.generator_error is not None:
+            raise self.generator_error
+        return {
+            "role": "generator",
+            "first_step": step,
+            "pull_s": self.pipeline.pull_seconds,
+        }
 
     def close_pipeline(self, *, join_timeout_s: float = 10.0) -> None:
         """Stops the generator (it exits at its next wait) and waits for it a little; a

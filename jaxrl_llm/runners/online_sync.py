@@ -457,6 +457,33 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str) -> None:
             )
 
 
+def _two_process_devices() -> list[jax.Device]:
+    """This process's devices in a two-process asynchronous run; raises if it is not one."""
+    if jax.process_count() != 2:
+        raise ValueError(
+            f"config.async_rl.processes=2 needs two processes of one jax.distributed run, this "
+            f"run has {jax.process_count()}: start it with `python -m jaxrl_llm.distributed "
+            "--num_processes 2 -- python -m jaxrl_llm.main ...`, or set "
+            "config.async_rl.processes=1."
+        )
+    return jax.local_devices()
+
+
+def _serve_generation(config, workdir: str, algorithm: Algorithm | None) -> dict[str, Any]:
+    """Process 1 of a two-process asynchronous run: builds the run on its own devices and
+    generates every batch for the learner (process 0)."""
+    from jaxrl_llm.runners.online_async import AsyncRun
+
+    algorithm = algorithms.check_algorithm(algorithm or algorithms.make(config))
+    parts = build_parts(config)
+    roles = build_roles(config, algorithm, parts, jax.local_devices())
+    run = AsyncRun(config, workdir, algorithm, parts, roles)
+    try:
+        return run.serve_generation()
+    finally:
+        run.writer.close()
+
+
 def train(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -486,6 +513,11 @@ def train(
     """
     validate_config(config)
     start_time = time.time()
+    devices = None
+    if config.async_rl.enabled and config.async_rl.processes == 2:
+        devices = _two_process_devices()
+        if jax.process_index() == 1:  # the generator: no checkpoints, metrics or evaluation
+            return _serve_generation(config, os.path.join(workdir, "generator"), algorithm)
     os.makedirs(workdir, exist_ok=True)
     check_resumable(config, workdir)
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -497,7 +529,8 @@ def train(
         from jaxrl_llm.runners.online_async import AsyncRun
 
         run_class = AsyncRun
-    run = run_class(config, workdir, algorithm, parts, build_roles(config, algorithm, parts))
+    roles = build_roles(config, algorithm, parts, devices)
+    run = run_class(config, workdir, algorithm, parts, roles)
     if hooks is None:
         hooks = default_hooks(config, workdir, desc=algorithm.name.upper(), progress=progress)
     stop = StopSignal()

@@ -42,6 +42,14 @@ def async_section() -> ml_collections.ConfigDict:
     c.inflight_updates = False
     # Decode steps between two weight checks of an in-flight generator.
     c.inflight_chunk_tokens = 16
+    # 1: generator and learner are threads of one process. 2: two processes of one
+    # jax.distributed run (learner = process 0, generator = process 1, each on its own devices);
+    # start both, e.g. `python -m jaxrl_llm.distributed --num_processes 2 -- python -m
+    # jaxrl_llm.main ...` (jaxrl_llm.runners.remote_pipeline).
+    c.processes = 1
+    # With 2 processes: the address the generator reaches the learner's weight server at (the
+    # learner machine's IP when the processes run on different hosts).
+    c.transfer_host = "127.0.0.1"
     return c
 
 
@@ -65,6 +73,11 @@ def validate_async_section(config) -> None:
             "config.async_rl.inflight_updates=True switches weights whenever the learner "
             "publishes, which no fixed schedule can reproduce: set "
             "config.async_rl.deterministic=False with it."
+        )
+    if a.processes not in (1, 2):
+        raise ValueError(
+            f"config.async_rl.processes={a.processes!r} must be 1 (threads of one process) or 2 "
+            "(learner and generator processes)."
         )
     if not isinstance(a.inflight_chunk_tokens, int) or a.inflight_chunk_tokens < 1:
         raise ValueError(
