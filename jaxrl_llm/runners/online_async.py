@@ -130,6 +130,7 @@ class AsyncRun(OnlineRun):
                 at_least = (
                     behaviour_version(step, k, n) if self.deterministic else oldest_allowed(step, k)
                 )
+                pulled_before = getattr(self.pipeline, "pull_seconds", 0.0)
                 version, params, waited = self.pipeline.weights(
                     at_least=at_least, exact=self.deterministic
                 )
@@ -142,8 +143,9 @@ class AsyncRun(OnlineRun):
                     versions_b = np.where(mask, generated.versions_bt, step).min(axis=1)
                     version = int(versions_b.min())
                 data_after = self.parts.batcher.state()
+                pull_s = getattr(self.pipeline, "pull_seconds", 0.0) - pulled_before
                 self.pipeline.put(
-                    GeneratedBatch(step, version, versions_b, generated, data_after, waited)
+                    GeneratedBatch(step, version, versions_b, generated, data_after, waited, pull_s)
                 )
         except PipelineClosed:
             return
@@ -238,6 +240,8 @@ class AsyncRun(OnlineRun):
             "async/learner_idle_s": learner_idle,
             "async/generator_idle_s": batch.generator_idle_s,
         }
+        if self.processes == 2:
+            scalars["async/pull_s"] = batch.pull_s
         if batch.generated.versions_bt is not None:
             scalars.update(self.token_staleness(step, batch.generated))
         record = self.learn(

@@ -62,6 +62,7 @@ TIME_KEYS = (
     "async/learner_idle_s",
     "async/generator_idle_s",
     "async/sync_s",
+    "async/pull_s",
     "time/rollout_s",
     "time/reward_s",
     "time/prepare_s",

@@ -41,6 +41,8 @@ class GeneratedBatch(NamedTuple):
       generated: what `OnlineRun.generate` returned (rollout, rewards, prompts, timings).
       data_after: the prompt batcher's state after drawing this batch's prompts.
       generator_idle_s: seconds the generator waited for weights before this batch.
+      pull_s: of which (two processes) seconds pulling weights from the learner's devices,
+        while decoding (in-flight updates) included; 0 in one process.
     """
 
     step: int
@@ -49,6 +51,7 @@ class GeneratedBatch(NamedTuple):
     generated: Any
     data_after: dict[str, Any]
     generator_idle_s: float
+    pull_s: float = 0.0
 
 
 class Pipeline:

@@ -155,29 +155,34 @@ def test_inflight_updates_need_the_free_running_mode():
         _config(**{"async_rl.enabled": True, "async_rl.inflight_updates": True})
 
 
-def _main(workdir):
-    return start_main(ASYNC_TINY, workdir, "--config.train.num_steps=6")
+def _main(workdir, k):
+    flags = ("--config.train.num_steps=6", f"--config.async_rl.max_staleness={k}")
+    return start_main(ASYNC_TINY, workdir, *flags)
 
 
 @pytest.mark.slow  # the fault suite resumes grpo_async_tiny.py from checkpoints in the default run
-def test_sigkill_and_resume_reproduce_a_stale_run_exactly(tmp_path):
-    reference = _main(tmp_path / "a")
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_sigkill_and_resume_reproduce_a_stale_run_exactly(tmp_path, k):
+    reference = _main(tmp_path / "a", k)
     out, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, out
-    # killed after step 4: checkpoint 3 holds versions 1 and 2 for batches 3 and 4
-    kill_at_step_then_resume(lambda: _main(tmp_path / "b"), tmp_path / "b", step=4)
+    # killed after step 4: checkpoint 3 holds the versions batches 4.. are generated with
+    # (at k = 2: versions 1 and 2 for batches 3 and 4)
+    kill_at_step_then_resume(lambda: _main(tmp_path / "b", k), tmp_path / "b", step=4)
     assert_same_steps(tmp_path / "b", tmp_path / "a", steps=6)
     with open(tmp_path / "b" / "summary.json") as f:
-        assert sum(json.load(f)["async"]["staleness_histogram"].values()) == 6 * 8
+        histogram = json.load(f)["async"]["staleness_histogram"]
+    assert sum(histogram.values()) == 6 * 8
+    assert max(int(s) for s in histogram) == k
 
 
 def _failing_generator(fail_at, action):
     original = AsyncRun.generate
 
-    def generate(self, step, params):
+    def generate(self, step, params, **kwargs):
         if step == fail_at:
             action()
-        return original(self, step, params)
+        return original(self, step, params, **kwargs)
 
     return generate
 

@@ -5,14 +5,16 @@ run's metrics step for step."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from jaxrl_llm.config import load_config
+from jaxrl_llm.distributed import free_port
 from jaxrl_llm.runners import train
-from tests.run_helpers import ROOT, assert_same_steps, rows_by_step
+from tests.run_helpers import ROOT, assert_same_steps, rows_by_step, wait_for_step
 
 ASYNC_TINY = os.path.join(ROOT, "experiments", "configs", "grpo_async_tiny.py")
 STEPS = 4
@@ -47,20 +49,28 @@ cli()
 """
 
 
-def _run(workdir, *flags, processes: int, timeout=900, env=None, ok=True):
-    """The patched main on 4 CPU devices a process, as one process or as two through
-    `python -m jaxrl_llm.distributed --num_processes 2 -- ...`."""
+def _main(workdir, processes: int, flags=()) -> list[str]:
     main = [sys.executable, "-c", _MAIN, "--config", ASYNC_TINY, "--workdir", str(workdir)]
     main += ["--no_progress", f"--config.async_rl.processes={processes}"]
-    main += [f"--config.{k}={v}" for k, v in OVERRIDES.items()] + list(flags)
-    if processes == 2:
-        main = [sys.executable, "-m", "jaxrl_llm.distributed", "--num_processes", "2", "--", *main]
-    env = dict(
+    return main + [f"--config.{k}={v}" for k, v in OVERRIDES.items()] + list(flags)
+
+
+def _env(**extra) -> dict[str, str]:
+    return dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=4",
         PYTHONUNBUFFERED="1",
-        **(env or {}),
+        **extra,
     )
+
+
+def _run(workdir, *flags, processes: int, timeout=900, env=None, ok=True):
+    """The patched main on 4 CPU devices a process, as one process or as two through
+    `python -m jaxrl_llm.distributed --num_processes 2 -- ...`."""
+    main = _main(workdir, processes, flags)
+    if processes == 2:
+        main = [sys.executable, "-m", "jaxrl_llm.distributed", "--num_processes", "2", "--", *main]
+    env = _env(**(env or {}))
     out = subprocess.run(main, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert (out.returncode == 0) == ok, out.stdout[-4000:] + out.stderr[-4000:]
     return out
@@ -77,6 +87,35 @@ def test_two_processes_reproduce_the_one_process_run(tmp_path):
     summary = json.loads((two / "summary.json").read_text())
     assert summary["async"]["staleness_histogram"] == {"0": 8, "1": 8, "2": 16}
     assert not (two / "generator" / "summary.json").exists()  # the learner alone writes
+
+
+@pytest.mark.slow
+def test_both_processes_killed_then_resumed_reproduce_the_run(tmp_path):
+    reference, run = tmp_path / "reference", tmp_path / "killed"
+    _run(reference, processes=1)
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            _main(run, 2, ["--config.train.checkpoint_every=1"]),
+            cwd=ROOT,
+            env=_env(
+                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                JAX_NUM_PROCESSES="2",
+                JAX_PROCESS_ID=str(i),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    wait_for_step(run, procs[0], 2)
+    for proc in procs:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    out = _run(run, "--config.train.checkpoint_every=1", processes=2)
+    assert "resumed from" in out.stdout + out.stderr
+    assert_same_steps(run, reference, STEPS)
 
 
 def test_in_flight_updates_across_two_processes_respect_the_bound(tmp_path):
