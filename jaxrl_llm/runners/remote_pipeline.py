@@ -21,6 +21,7 @@ uses, so `AsyncRun` drives it unchanged. Key layout under the namespace:
   batch/<s>         the pickled `GeneratedBatch` of step s (deleted once the learner has it)
   last_batch        the newest step sent (the queue depth)
   error/<side>      why a side stopped; closed: the learner ended the run
+  flags/<name>      `set_flag` / `wait_flag`
 """
 
 from __future__ import annotations
@@ -134,6 +135,16 @@ class RemotePipeline:
                     "config.async_rl.timeout_s if it is only slow."
                 )
             time.sleep(POLL_S)
+
+    # -- flags: one-off signals between the two processes ------------------------------------
+    def set_flag(self, name: str) -> None:
+        """Raises flag `name` for the other process."""
+        self._set(f"{self.ns}/flags/{name}", "1")
+
+    def wait_flag(self, name: str) -> float:
+        """Waits until flag `name` is raised; returns the seconds waited."""
+        _, waited = self._wait_for(lambda: self._try_get(f"{self.ns}/flags/{name}"), name)
+        return waited
 
     # -- the start of the run -----------------------------------------------------------------
     def send_start(self, step: int, data: dict[str, Any]) -> None:
