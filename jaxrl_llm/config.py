@@ -379,7 +379,8 @@ def apply_overrides(
 
 
 def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
-    """Loads `get_config()` from a config file, applies overrides, validates."""
+    """Loads `get_config()` from a config file, applies overrides, validates (an RL config, or
+    an SFT stage's when `config.stage == "sft"`)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Config file not found: {path!r}.")
     spec = importlib.util.spec_from_file_location(f"_config_{abs(hash(path))}", path)
@@ -387,5 +388,10 @@ def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_col
     spec.loader.exec_module(module)
     config = module.get_config()
     apply_overrides(config, overrides or {})
-    validate_config(config)
+    if config.get("stage") == "sft":
+        from jaxrl_llm.runners.sft import validate_sft_config
+
+        validate_sft_config(config)
+    else:
+        validate_config(config)
     return config

@@ -3,8 +3,9 @@
 `--gin_file F.gin` and `--gin_bindings 'loss.clip_low = 0.1'` (both repeatable) set config fields
 through `jaxrl_llm.gin_bindings`; a binding wins over the config file and `--config.*` flags.
 
-Parses flags and calls `jaxrl_llm.runners.train(config, workdir)`; nothing else lives here. The
-algorithm is the config's (`config.algorithm`; experiments/configs/<algorithm>_*.py).
+Parses flags and calls `jaxrl_llm.runners.run_stage(config, workdir)`; nothing else lives here.
+The algorithm is the config's (`config.algorithm`; experiments/configs/<algorithm>_*.py); a config
+with `stage = "sft"` runs the SFT stage (experiments/configs/sft_*.py).
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ _CACHE = flags.DEFINE_string(
 
 def main(argv):
     del argv
-    from jaxrl_llm.config import validate_config
-    from jaxrl_llm.runners import train
+    from jaxrl_llm.runners import run_stage, validate_stage
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
     from jaxrl_llm import distributed
@@ -64,7 +64,7 @@ def main(argv):
             from jaxrl_llm import gin_bindings
 
             gin_bindings.apply_to_config(config)
-        validate_config(config)
+        validate_stage(config)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -74,7 +74,7 @@ def main(argv):
         with open(os.path.join(_WORKDIR.value, "config.gin"), "w") as f:
             f.write(gin_text)
     try:
-        train(config, _WORKDIR.value, progress=not _NO_PROGRESS.value)
+        run_stage(config, _WORKDIR.value, progress=not _NO_PROGRESS.value)
     except _user_errors() as e:
         if _DEBUG.value:
             raise

@@ -66,7 +66,7 @@ def worker(args) -> None:
             copies.append(time.perf_counter() - start)
             pipeline.publish(version, copy)
             pipeline.drop_weights_below(version)
-            pipeline._wait_for(lambda v=version: pipeline._try_get(f"{pipeline.ns}/got/{v}"), "")
+            pipeline.wait_flag(f"got/{version}")
         result["copy_s"] = copies
     else:
         pipeline.receive_start()
@@ -78,7 +78,7 @@ def worker(args) -> None:
             waits.append(waited)
             pulls.append(pipeline.pull_seconds - before)
             del weights
-            pipeline._set(f"{pipeline.ns}/got/{version}", "1")
+            pipeline.set_flag(f"got/{version}")
         result.update(wait_s=waits, pull_s=pulls)
     pipeline.close()
     print(RESULT + json.dumps(result), flush=True)

@@ -5,6 +5,9 @@ update for whichever `Algorithm` the config names (or one passed in). With
 `config.async_rl.enabled` it runs the asynchronous runner (`online_async`): a generator thread and
 the learner at once, samples at most `max_staleness` weight versions old. `restore_policy(workdir)`
 gives a finished run's policy back (its config, model and checkpointed weights).
+
+A config with `stage = "sft"` is the supervised stage of the three-stage pipeline
+(`runners.sft.train_sft`); `validate_stage` and `run_stage` pick by it.
 """
 
 from jaxrl_llm.runners.evaluation import greedy_accuracy
@@ -43,5 +46,27 @@ __all__ = [
     "load_run_config",
     "restore_policy",
     "rollout_seed",
+    "run_stage",
     "train",
+    "validate_stage",
 ]
+
+
+def validate_stage(config) -> None:
+    """Validates a config of any stage (RL by default, `stage = "sft"`)."""
+    if config.get("stage") == "sft":
+        from jaxrl_llm.runners.sft import validate_sft_config
+
+        return validate_sft_config(config)
+    from jaxrl_llm.config import validate_config
+
+    return validate_config(config)
+
+
+def run_stage(config, workdir: str, *, progress: bool = True):
+    """Runs the stage a config names: `train` for RL, `train_sft` for `stage = "sft"`."""
+    if config.get("stage") == "sft":
+        from jaxrl_llm.runners.sft import train_sft
+
+        return train_sft(config, workdir, progress=progress)
+    return train(config, workdir, progress=progress)

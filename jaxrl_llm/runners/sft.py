@@ -1,0 +1,278 @@
+"""The SFT stage: supervised fine-tuning of the policy on (prompt, response) records.
+
+    python -m jaxrl_llm.main --config experiments/configs/sft_smollm2.py --workdir runs/sft
+
+Stage one of InstructGPT's pipeline ("Training language models to follow instructions with
+human feedback", 2203.02155). Records come from `config.sft.data` (`jaxrl_llm.data.sft`): "task"
+(the run's reasoning-gym task, each gold answer rendered by `config.sft.response_template`), a
+`.jsonl` file of {"prompt", "response"} lines, or "tfds:<file.jsonl>" (GSM8K-style question /
+answer lines through the tfds builder). The policy trains on the masked next-token loss
+(`jaxrl_llm.training.sft`), packed rows by default, through the same `Learner` role as RL.
+
+It logs the train loss every step, the held-out loss and token accuracy every
+`sft.eval_every` steps, and the task's held-out greedy accuracy before and after
+(`config.eval`: `eval.before` / `eval.after`, when the records carry answers); checkpoints every `train.checkpoint_every`
+steps and resumes from the newest; at the end writes the fine-tuned policy as a Hugging Face
+directory, `<workdir>/model`, which the next stage loads with `--config.model.name=<workdir>/model`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+import tqdm
+from flax import nnx
+
+from jaxrl_llm.checkpoint import Checkpointer, abstract_like
+from jaxrl_llm.config import base_config
+from jaxrl_llm.data.presets import resolve_task, task_source
+from jaxrl_llm.data.sft import (
+    DEFAULT_RESPONSE_TEMPLATE,
+    SftRecord,
+    read_sft_jsonl,
+    records_from_examples,
+)
+from jaxrl_llm.data.tfds_source import TfdsSource
+from jaxrl_llm.evals import EvalSet, Evaluator
+from jaxrl_llm.metrics import MetricsWriter
+from jaxrl_llm.models.hf import save_hf
+from jaxrl_llm.roles import Learner, make_placement, place_batch
+from jaxrl_llm.runners.components import build_optimizer, build_rewards, load_policy
+from jaxrl_llm.runners.online_sync import eval_settings
+from jaxrl_llm.training.sft import make_sft_batch, sft_loss, token_accuracy, tokenize_records
+
+
+def sft_section() -> ml_collections.ConfigDict:
+    """The `config.sft` fields."""
+    c = ml_collections.ConfigDict()
+    # "task" (the run's task with gold answers), a .jsonl path, or "tfds:<path.jsonl>".
+    c.data = "task"
+    # How a gold answer becomes a response ("task" and "tfds:" data).
+    c.response_template = DEFAULT_RESPONSE_TEMPLATE
+    c.batch_size = 8  # records per optimizer update
+    c.max_length = 256  # tokens per record (prompt + response); rows are this wide
+    c.pack = True  # several records per row (fewer, fuller rows)
+    c.pack_row_multiple = 4  # packed row counts round up to this (few compiled train steps)
+    c.eval_records = 64  # held-out records for the loss (a .jsonl's last ones)
+    c.eval_every = 0  # steps between held-out loss evaluations (0: before and after only)
+    return c
+
+
+def sft_config() -> ml_collections.ConfigDict:
+    """The default SFT configuration (SmolLM2-135M-Instruct on chain_sum's gold answers)."""
+    c = base_config()
+    c.stage = "sft"
+    c.sft = sft_section()
+    c.train.num_steps = 100
+    c.optimizer.learning_rate = 1e-5
+    c.lock()
+    return c
+
+
+def validate_sft_config(config: ml_collections.ConfigDict) -> None:
+    """Raises ValueError naming the first bad field of an SFT config, and the fix."""
+    s = config.sft
+    for field in ("batch_size", "max_length", "eval_records", "pack_row_multiple"):
+        if not isinstance(s[field], int) or s[field] < 1:
+            raise ValueError(f"config.sft.{field}={s[field]!r} must be a positive integer.")
+    if not isinstance(s.eval_every, int) or s.eval_every < 0:
+        raise ValueError(f"config.sft.eval_every={s.eval_every!r} must be an integer >= 0.")
+    if not isinstance(config.train.num_steps, int) or config.train.num_steps < 1:
+        raise ValueError(f"config.train.num_steps={config.train.num_steps!r} must be >= 1.")
+    data = s.data
+    if data == "task":
+        resolve_task(config.task.name, config.task.kwargs.to_dict())
+    elif data.startswith("tfds:") or data.endswith(".jsonl"):
+        path = data.removeprefix("tfds:")
+        if not os.path.isfile(path):
+            raise ValueError(f"config.sft.data={data!r}: file {path!r} does not exist.")
+    else:
+        raise ValueError(
+            f"config.sft.data={data!r} must be 'task', a .jsonl path or 'tfds:<path.jsonl>'."
+        )
+    if "{answer}" not in s.response_template:
+        raise ValueError(
+            f"config.sft.response_template={s.response_template!r} must contain '{{answer}}'."
+        )
+
+
+def sft_data(config) -> tuple[list[SftRecord], list[SftRecord], list]:
+    """(train records, held-out records, held-out examples with answers or [])."""
+    s, task = config.sft, config.task
+    if s.data == "task":
+        kwargs = task.kwargs.to_dict()
+        train = task_source(task.name, seed=config.seed, size=task.train_size, overrides=kwargs)
+        held_out = task_source(
+            task.name, seed=task.eval_seed, size=task.eval_size, overrides=kwargs
+        )
+        examples = list(held_out)
+        records = records_from_examples(list(train), s.response_template)
+        return records, records_from_examples(examples, s.response_template), examples
+    if s.data.startswith("tfds:"):
+        path = s.data.removeprefix("tfds:")
+        source = TfdsSource(path, data_dir=os.path.join(os.path.dirname(path), "tfds"))
+        examples = list(source)
+        records = records_from_examples(examples, s.response_template)
+    else:
+        examples, records = [], read_sft_jsonl(s.data)
+    held = min(s.eval_records, len(records) // 5)
+    if held < 1:
+        raise ValueError(f"{s.data}: {len(records)} records are too few to hold some out (>= 5).")
+    return records[:-held], records[-held:], examples[-held:]
+
+
+class SftRun:
+    """One SFT run's state: the policy `Learner`, its data and its evaluation."""
+
+    def __init__(self, config, workdir: str):
+        self.config, self.workdir = config, workdir
+        s = config.sft
+        self.model, self.tokenizer = load_policy(config)
+        train, held_out, self.eval_examples = sft_data(config)
+        options = dict(
+            max_length=s.max_length,
+            system_prompt=config.task.system_prompt,
+            instruction_suffix=config.task.instruction_suffix,
+        )
+        self._options = options
+        self.train_records = train
+        self._tokenized: dict[int, Any] = {}  # train record index -> SftSequence, on first use
+        self.eval_sequences = tokenize_records(self.tokenizer, held_out, **options)
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        mesh = make_placement(config.placement).train_mesh
+        optimizer = build_optimizer(config.optimizer, config.train.num_steps)
+        self.learner = Learner(self.model, optimizer, sft_loss, mesh)
+        self._eval_fn = jax.jit(
+            lambda params, batch: (
+                sft_loss(nnx.merge(self.learner.graphdef, params), batch)[0],
+                token_accuracy(nnx.merge(self.learner.graphdef, params), batch),
+            )
+        )
+
+    def batch(self, step: int):
+        """Step `step`'s records (epochs of a seeded permutation), as a placed `SftBatch`."""
+        n, size = len(self.train_records), self.config.sft.batch_size
+        epoch, start = divmod(step * size, n)
+        order = np.random.default_rng([self.config.seed, epoch]).permutation(n)
+        chosen = [self._sequence(int(i)) for i in np.resize(np.roll(order, -start), size)]
+        batch = make_sft_batch(
+            chosen,
+            pad_id=self.pad_id,
+            width=self.config.sft.max_length,
+            pack=self.config.sft.pack,
+            row_multiple=self.config.sft.pack_row_multiple,
+        )
+        return place_batch(batch, self.learner.mesh, self.learner.rules)
+
+    def _sequence(self, index: int):
+        if index not in self._tokenized:
+            record = self.train_records[index]
+            (self._tokenized[index],) = tokenize_records(self.tokenizer, [record], **self._options)
+        return self._tokenized[index]
+
+    def held_out_loss(self) -> dict[str, float]:
+        """Mean held-out loss and token accuracy over the held-out records (batches of
+        `sft.batch_size`, one sequence per row)."""
+        size, losses, accuracies = self.config.sft.batch_size, [], []
+        for start in range(0, len(self.eval_sequences), size):
+            chunk = self.eval_sequences[start : start + size]
+            chunk = chunk + chunk[: size - len(chunk)] if len(chunk) < size else chunk
+            batch = make_sft_batch(chunk, pad_id=self.pad_id, width=self.config.sft.max_length)
+            loss, accuracy = self._eval_fn(self.learner.params, batch)
+            losses.append(float(loss))
+            accuracies.append(float(accuracy))
+        return {
+            "eval/loss": float(np.mean(losses)),
+            "eval/token_accuracy": float(np.mean(accuracies)),
+        }
+
+    def task_accuracy(self) -> dict[str, float] | None:
+        """Held-out greedy task metrics (`config.eval`), when the records carry answers."""
+        if not self.eval_examples:
+            return None
+        evaluator = Evaluator(
+            self.model, self.tokenizer, build_rewards(self.config), eval_settings(self.config)
+        )
+        name = self.config.task.name if self.config.sft.data == "task" else "held_out"
+        results = evaluator([EvalSet(name, self.eval_examples)], params=self.learner.params)
+        return results[name]
+
+
+def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
+    """Runs (or resumes) the SFT stage; returns its summary (also `<workdir>/summary.json`)."""
+    validate_sft_config(config)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2))
+    run = SftRun(config, workdir)
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"))
+    restored = checkpointer.restore_latest(abstract_like(run.learner.state))
+    meta: dict[str, Any] = {"step": 0, "before": None}
+    if restored is not None:
+        run.learner.state, meta = restored
+        print(f"[jaxrl_llm] resumed from step {meta['step']}")
+    writer = MetricsWriter(workdir)
+    if meta["before"] is None:
+        task = run.task_accuracy() if config.eval.before else None
+        meta["before"] = {**run.held_out_loss(), "task": task}
+        writer.write_scalars(0, _flat(meta["before"]))
+    total, every = config.train.num_steps, config.sft.eval_every
+    start_time = time.time()
+    bar = tqdm.tqdm(total=total, initial=meta["step"], desc="SFT", disable=not progress)
+    try:
+        for step in range(meta["step"], total):
+            metrics = jax.device_get(run.learner.update(run.batch(step)))
+            scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
+            if every and (step + 1) % every == 0 and step + 1 < total:
+                scalars.update(run.held_out_loss())
+            writer.write_scalars(step + 1, scalars)
+            meta["step"] = step + 1
+            if (step + 1) % config.train.checkpoint_every == 0 or step + 1 == total:
+                checkpointer.save(step + 1, run.learner.state, meta)
+            bar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
+            bar.update(1)
+    finally:
+        bar.close()
+        checkpointer.close()
+    after = {**run.held_out_loss(), "task": run.task_accuracy() if config.eval.after else None}
+    writer.write_scalars(total, _flat(after))
+    writer.close()
+    nnx.update(run.model, run.learner.params)
+    save_hf(run.model, run.tokenizer, os.path.join(workdir, "model"))
+    summary = {
+        "stage": "sft",
+        "steps": total,
+        "before": meta["before"],
+        "after": after,
+        "train_time_s": time.time() - start_time,
+        "model": os.path.join(workdir, "model"),
+    }
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    _print_summary(summary)
+    return summary
+
+
+def _flat(evaluation: dict[str, Any]) -> dict[str, float]:
+    out = {k: v for k, v in evaluation.items() if k != "task"}
+    for key, value in (evaluation.get("task") or {}).items():
+        if isinstance(value, int | float):
+            out[f"eval/task/{key}"] = value
+    return out
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    before, after = summary["before"], summary["after"]
+    line = f"[jaxrl_llm] SFT held-out loss {before['eval/loss']:.3f} -> {after['eval/loss']:.3f}"
+    if before.get("task") and after.get("task"):
+        line += (
+            f", greedy accuracy {100 * before['task']['accuracy']:.1f}% -> "
+            f"{100 * after['task']['accuracy']:.1f}%"
+        )
+    print(line + f"; model written to {summary['model']}")
