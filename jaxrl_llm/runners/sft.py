@@ -26,10 +26,8 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-import tqdm
 from flax import nnx
 
-from jaxrl_llm.checkpoint import Checkpointer, abstract_like
 from jaxrl_llm.config import base_config
 from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.data.sft import (
@@ -40,11 +38,11 @@ from jaxrl_llm.data.sft import (
 )
 from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet, Evaluator
-from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.models.hf import save_hf
 from jaxrl_llm.roles import Learner, make_placement, place_batch
 from jaxrl_llm.runners.components import build_optimizer, build_rewards, load_policy
 from jaxrl_llm.runners.online_sync import eval_settings
+from jaxrl_llm.runners.supervised import fit
 from jaxrl_llm.training.sft import make_sft_batch, sft_loss, token_accuracy, tokenize_records
 
 
@@ -211,44 +209,33 @@ def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
     run = SftRun(config, workdir)
-    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"))
-    restored = checkpointer.restore_latest(abstract_like(run.learner.state))
-    meta: dict[str, Any] = {"step": 0, "before": None}
-    if restored is not None:
-        run.learner.state, meta = restored
-        print(f"[jaxrl_llm] resumed from step {meta['step']}")
-    writer = MetricsWriter(workdir)
-    if meta["before"] is None:
-        task = run.task_accuracy() if config.eval.before else None
-        meta["before"] = {**run.held_out_loss(), "task": task}
-        writer.write_scalars(0, _flat(meta["before"]))
-    total, every = config.train.num_steps, config.sft.eval_every
+
+    def evaluate(when: str) -> dict[str, float]:
+        scalars = run.held_out_loss()
+        # the task's greedy accuracy before and after (a decode of the held-out prompts)
+        wanted = {"before": config.eval.before, "after": config.eval.after}.get(when, False)
+        task = run.task_accuracy() if wanted else None
+        scalars.update({f"eval/task/{k}": v for k, v in (task or {}).items() if _number(v)})
+        return scalars
+
     start_time = time.time()
-    bar = tqdm.tqdm(total=total, initial=meta["step"], desc="SFT", disable=not progress)
-    try:
-        for step in range(meta["step"], total):
-            metrics = jax.device_get(run.learner.update(run.batch(step)))
-            scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
-            if every and (step + 1) % every == 0 and step + 1 < total:
-                scalars.update(run.held_out_loss())
-            writer.write_scalars(step + 1, scalars)
-            meta["step"] = step + 1
-            if (step + 1) % config.train.checkpoint_every == 0 or step + 1 == total:
-                checkpointer.save(step + 1, run.learner.state, meta)
-            bar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
-            bar.update(1)
-    finally:
-        bar.close()
-        checkpointer.close()
-    after = {**run.held_out_loss(), "task": run.task_accuracy() if config.eval.after else None}
-    writer.write_scalars(total, _flat(after))
-    writer.close()
+    before, after = fit(
+        run.learner,
+        run.batch,
+        evaluate,
+        workdir=workdir,
+        num_steps=config.train.num_steps,
+        checkpoint_every=config.train.checkpoint_every,
+        eval_every=config.sft.eval_every,
+        desc="SFT",
+        progress=progress,
+    )
     nnx.update(run.model, run.learner.params)
     save_hf(run.model, run.tokenizer, os.path.join(workdir, "model"))
     summary = {
         "stage": "sft",
-        "steps": total,
-        "before": meta["before"],
+        "steps": config.train.num_steps,
+        "before": before,
         "after": after,
         "train_time_s": time.time() - start_time,
         "model": os.path.join(workdir, "model"),
@@ -259,20 +246,16 @@ def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool
     return summary
 
 
-def _flat(evaluation: dict[str, Any]) -> dict[str, float]:
-    out = {k: v for k, v in evaluation.items() if k != "task"}
-    for key, value in (evaluation.get("task") or {}).items():
-        if isinstance(value, int | float):
-            out[f"eval/task/{key}"] = value
-    return out
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
     before, after = summary["before"], summary["after"]
     line = f"[jaxrl_llm] SFT held-out loss {before['eval/loss']:.3f} -> {after['eval/loss']:.3f}"
-    if before.get("task") and after.get("task"):
+    if "eval/task/accuracy" in before and "eval/task/accuracy" in after:
         line += (
-            f", greedy accuracy {100 * before['task']['accuracy']:.1f}% -> "
-            f"{100 * after['task']['accuracy']:.1f}%"
+            f", greedy accuracy {100 * before['eval/task/accuracy']:.1f}% -> "
+            f"{100 * after['eval/task/accuracy']:.1f}%"
         )
     print(line + f"; model written to {summary['model']}")

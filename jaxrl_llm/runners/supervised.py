@@ -1,0 +1,70 @@
+"""The loop of the supervised stages (SFT, reward models): updates of one `Learner` on batches
+indexed by step, held-out evaluation before, every N steps and after, checkpoints and resume.
+
+    before, after = fit(learner, batch_of_step, evaluate, workdir=..., num_steps=100,
+                        checkpoint_every=20, eval_every=20, desc="SFT")
+
+`batch_of_step(step)` must be a function of the step alone (a resumed run draws the same
+batches), `evaluate(when)` ("before", "during" or "after") returns a flat dict of held-out floats. The evaluation before training is
+checkpointed with the state, so a resumed run reports the same "before".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import tqdm
+
+from jaxrl_llm.checkpoint import Checkpointer, abstract_like
+from jaxrl_llm.metrics import MetricsWriter
+from jaxrl_llm.roles import Learner
+
+
+def fit(
+    learner: Learner,
+    batch_of_step: Callable[[int], Any],
+    evaluate: Callable[[str], dict[str, float]],
+    *,
+    workdir: str,
+    num_steps: int,
+    checkpoint_every: int,
+    eval_every: int = 0,
+    desc: str = "train",
+    progress: bool = True,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Trains `learner` to `num_steps` updates (resuming from `workdir/checkpoints`); writes
+    `train/*` metrics every step and `evaluate(when)` at step 0, every `eval_every` steps (0: never
+    in between) and at the end to `workdir/metrics.jsonl`. Returns (before, after)."""
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"))
+    restored = checkpointer.restore_latest(abstract_like(learner.state))
+    meta: dict[str, Any] = {"step": 0, "before": None}
+    if restored is not None:
+        learner.state, meta = restored
+        print(f"[jaxrl_llm] resumed from step {meta['step']}")
+    writer = MetricsWriter(workdir)
+    if meta["before"] is None:
+        meta["before"] = evaluate("before")
+        writer.write_scalars(0, meta["before"])
+    bar = tqdm.tqdm(total=num_steps, initial=meta["step"], desc=desc, disable=not progress)
+    try:
+        for step in range(meta["step"], num_steps):
+            metrics = jax.device_get(learner.update(batch_of_step(step)))
+            scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
+            if eval_every and (step + 1) % eval_every == 0 and step + 1 < num_steps:
+                scalars.update(evaluate("during"))
+            writer.write_scalars(step + 1, scalars)
+            meta["step"] = step + 1
+            if (step + 1) % checkpoint_every == 0 or step + 1 == num_steps:
+                checkpointer.save(step + 1, learner.state, meta)
+            bar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
+            bar.update(1)
+        after = evaluate("after")
+        writer.write_scalars(num_steps, after)
+    finally:
+        bar.close()
+        checkpointer.close()
+        writer.close()
+    return meta["before"], after
