@@ -380,7 +380,7 @@ def apply_overrides(
 
 def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
     """Loads `get_config()` from a config file, applies overrides, validates (an RL config, or
-    an SFT stage's when `config.stage == "sft"`)."""
+    the config of the stage `config.stage` names, `jaxrl_llm.runners.stages`)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Config file not found: {path!r}.")
     spec = importlib.util.spec_from_file_location(f"_config_{abs(hash(path))}", path)
@@ -388,10 +388,7 @@ def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_col
     spec.loader.exec_module(module)
     config = module.get_config()
     apply_overrides(config, overrides or {})
-    if config.get("stage") == "sft":
-        from jaxrl_llm.runners.sft import validate_sft_config
+    from jaxrl_llm.runners.stages import validate_stage
 
-        validate_sft_config(config)
-    else:
-        validate_config(config)
+    validate_stage(config)
     return config

@@ -6,8 +6,9 @@ update for whichever `Algorithm` the config names (or one passed in). With
 the learner at once, samples at most `max_staleness` weight versions old. `restore_policy(workdir)`
 gives a finished run's policy back (its config, model and checkpointed weights).
 
-A config with `stage = "sft"` is the supervised stage of the three-stage pipeline
-(`runners.sft.train_sft`); `validate_stage` and `run_stage` pick by it.
+A config's `stage` picks the stage of the three-stage pipeline (`runners.stages`): RL (the
+default), "sft" (`runners.sft`) or "reward_model" (`runners.reward_model`); `validate_stage` and
+`run_stage` dispatch on it.
 """
 
 from jaxrl_llm.runners.evaluation import greedy_accuracy
@@ -26,6 +27,7 @@ from jaxrl_llm.runners.online_async import AsyncRun
 from jaxrl_llm.runners.online_sync import TIME_KEYS, OnlineRun, rollout_seed, train
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.restore import RestoredPolicy, load_run_config, restore_policy
+from jaxrl_llm.runners.stages import run_stage, validate_stage
 
 __all__ = [
     "TIME_KEYS",
@@ -50,23 +52,3 @@ __all__ = [
     "train",
     "validate_stage",
 ]
-
-
-def validate_stage(config) -> None:
-    """Validates a config of any stage (RL by default, `stage = "sft"`)."""
-    if config.get("stage") == "sft":
-        from jaxrl_llm.runners.sft import validate_sft_config
-
-        return validate_sft_config(config)
-    from jaxrl_llm.config import validate_config
-
-    return validate_config(config)
-
-
-def run_stage(config, workdir: str, *, progress: bool = True):
-    """Runs the stage a config names: `train` for RL, `train_sft` for `stage = "sft"`."""
-    if config.get("stage") == "sft":
-        from jaxrl_llm.runners.sft import train_sft
-
-        return train_sft(config, workdir, progress=progress)
-    return train(config, workdir, progress=progress)

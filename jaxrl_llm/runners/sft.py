@@ -40,7 +40,8 @@ from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet, Evaluator
 from jaxrl_llm.models.hf import save_hf
 from jaxrl_llm.roles import Learner, make_placement, place_batch
-from jaxrl_llm.runners.components import build_optimizer, build_rewards, load_policy
+from jaxrl_llm.runners import components
+from jaxrl_llm.runners.components import build_optimizer, load_policy
 from jaxrl_llm.runners.online_sync import eval_settings
 from jaxrl_llm.runners.supervised import fit
 from jaxrl_llm.training.sft import make_sft_batch, sft_loss, token_accuracy, tokenize_records
@@ -195,7 +196,10 @@ class SftRun:
         if not self.eval_examples:
             return None
         evaluator = Evaluator(
-            self.model, self.tokenizer, build_rewards(self.config), eval_settings(self.config)
+            self.model,
+            self.tokenizer,
+            components.build_rewards(self.config),
+            eval_settings(self.config),
         )
         name = self.config.task.name if self.config.sft.data == "task" else "held_out"
         results = evaluator([EvalSet(name, self.eval_examples)], params=self.learner.params)

@@ -1,0 +1,20 @@
+"""The outcome reward-model stage on a tiny random model (seconds; for tests and notebooks). A
+random policy never solves the task, so tests give it a pair file (config.rm.pairs)."""
+
+from jaxrl_llm.config import make_tiny
+from jaxrl_llm.runners.reward_model import rm_config
+
+
+def get_config():
+    config = rm_config()
+    make_tiny(config)
+    with config.unlocked():
+        config.train.num_steps = 6
+        config.train.checkpoint_every = 3
+        config.rm.num_prompts = 8
+        config.rm.group_size = 4
+        config.rm.max_new_tokens = 8
+        config.rm.batch_size = 4
+        config.rm.max_length = 96
+        config.optimizer.learning_rate = 3e-3
+    return config

@@ -1,0 +1,285 @@
+"""The outcome reward-model stage: comparison pairs from the policy's own samples, then a scalar
+head on the policy's trunk trained with the Bradley-Terry loss.
+
+    python -m jaxrl_llm.main --config experiments/configs/rm_smollm2.py --workdir runs/rm \
+        --config.model.name=runs/sft/model
+
+Stage two of InstructGPT's pipeline ("Training language models to follow instructions with
+human feedback", 2203.02155), with pairs made offline instead of by labellers: for each of
+`rm.num_prompts` task prompts the policy samples `rm.group_size` completions, the task's verifier
+scores them, and a prompt with a correct and an incorrect completion gives the pair (correct
+preferred). They are written to `<workdir>/pairs.jsonl` (`jaxrl_llm.data.pairs`), so any pair
+file in that format can be given instead (`rm.pairs`).
+
+The reward model starts from the policy's weights with a fresh head (`ScalarHeadModel`) and
+scores prompt + completion at its last token, exactly as the RL stage's reward role reads it
+(`roles.reward.ModelReward`). Held-out pairwise accuracy (chance: 50%) and loss are logged before,
+every `rm.eval_every` steps and after; the model is written to `<workdir>/reward_model`, which
+the RL stage takes as `--config.rewards.model=<workdir>/reward_model`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from jaxrl_llm.config import base_config
+from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
+from jaxrl_llm.data.presets import resolve_task, task_source
+from jaxrl_llm.losses.reward_model import bradley_terry
+from jaxrl_llm.models.heads import ScalarHeadModel, save_scalar_model
+from jaxrl_llm.roles import Learner, make_placement, place_batch
+from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
+from jaxrl_llm.runners import components
+from jaxrl_llm.runners.components import build_optimizer, load_policy
+from jaxrl_llm.runners.supervised import fit
+
+
+def rm_section() -> ml_collections.ConfigDict:
+    """The `config.rm` fields."""
+    c = ml_collections.ConfigDict()
+    c.pairs = ""  # a pair JSONL; "" makes pairs from the policy's samples (<workdir>/pairs.jsonl)
+    c.num_prompts = 256  # task prompts sampled to make pairs
+    c.group_size = 8  # completions per prompt
+    c.temperature = 1.0
+    c.max_new_tokens = 64
+    c.batch_size = 8  # pairs per optimizer update
+    c.max_length = 256  # tokens of prompt + completion; longer pairs are dropped (counted)
+    c.eval_fraction = 0.2  # pairs held out for pairwise accuracy
+    c.eval_every = 0  # steps between held-out evaluations (0: before and after only)
+    return c
+
+
+def rm_config() -> ml_collections.ConfigDict:
+    """The default outcome reward-model configuration (SmolLM2-135M-Instruct, chain_sum)."""
+    c = base_config()
+    c.stage = "reward_model"
+    c.rm = rm_section()
+    c.train.num_steps = 100
+    c.optimizer.learning_rate = 1e-5
+    c.lock()
+    return c
+
+
+def validate_rm_config(config: ml_collections.ConfigDict) -> None:
+    """Raises ValueError naming the first bad field of a reward-model config, and the fix."""
+    r = config.rm
+    for field in ("num_prompts", "group_size", "max_new_tokens", "batch_size", "max_length"):
+        if not isinstance(r[field], int) or r[field] < 1:
+            raise ValueError(f"config.rm.{field}={r[field]!r} must be a positive integer.")
+    if not 0 < r.eval_fraction < 1:
+        raise ValueError(f"config.rm.eval_fraction={r.eval_fraction} must be in (0, 1).")
+    if not r.temperature > 0:
+        raise ValueError(f"config.rm.temperature={r.temperature} must be > 0 (pairs need samples).")
+    if not isinstance(r.eval_every, int) or r.eval_every < 0:
+        raise ValueError(f"config.rm.eval_every={r.eval_every!r} must be an integer >= 0.")
+    if r.pairs and not os.path.isfile(r.pairs):
+        raise ValueError(f"config.rm.pairs={r.pairs!r} does not exist ('' makes pairs).")
+    if not isinstance(config.train.num_steps, int) or config.train.num_steps < 1:
+        raise ValueError(f"config.train.num_steps={config.train.num_steps!r} must be >= 1.")
+    resolve_task(config.task.name, config.task.kwargs.to_dict())
+
+
+def make_pairs(config, policy, tokenizer, path: str) -> dict[str, float]:
+    """Samples, scores and pairs completions of the task's training prompts (see the module
+    docstring); writes them to `path` and returns counts."""
+    r, task = config.rm, config.task
+    source = task_source(
+        task.name, seed=config.seed, size=task.train_size, overrides=task.kwargs.to_dict()
+    )
+    examples = list(itertools.islice(iter(source), r.num_prompts))
+    texts, ids = prompt_ids(
+        tokenizer,
+        examples,
+        system_prompt=task.system_prompt,
+        instruction_suffix=task.instruction_suffix,
+    )
+    generator = chat_generator(
+        policy, tokenizer, max_new_tokens=r.max_new_tokens, temperature=r.temperature
+    )
+    rewards = components.build_rewards(config)
+    pairs, correct_fraction = [], []
+    chunk = max(1, 64 // r.group_size)  # prompts per decode call
+    for start in range(0, len(examples), chunk):
+        batch = range(start, min(start + chunk, len(examples)))
+        group_ids = [ids[i] for i in batch for _ in range(r.group_size)]
+        rollout = generator(group_ids, seed=config.seed + start)
+        completions = completion_texts(tokenizer, rollout)
+        group_texts = [texts[i] for i in batch for _ in range(r.group_size)]
+        group_examples = [examples[i] for i in batch for _ in range(r.group_size)]
+        scores = rewards(group_texts, completions, group_examples).per_function["task"]
+        for j, i in enumerate(batch):
+            rows = slice(j * r.group_size, (j + 1) * r.group_size)
+            group_scores, group_completions = scores[rows], completions[rows]
+            correct_fraction.append(float(np.mean(group_scores >= 1.0)))
+            right = [c for c, s in zip(group_completions, group_scores, strict=True) if s >= 1.0]
+            wrong = [c for c, s in zip(group_completions, group_scores, strict=True) if s <= 0.0]
+            if right and wrong and right[0].strip() and wrong[0].strip():
+                meta = {"task": examples[i].source, "answer": examples[i].answer}
+                pairs.append(Pair(texts[i], right[0], wrong[0], meta=meta))
+    write_pairs_jsonl(path, pairs)
+    return {
+        "prompts": len(examples),
+        "pairs": len(pairs),
+        "sample_accuracy": float(np.mean(correct_fraction)) if correct_fraction else 0.0,
+    }
+
+
+class PairBatch(NamedTuple):
+    """B pairs as 2B rows: chosen rows first, then rejected rows.
+
+    Attributes:
+      tokens: int32 [2B, W]; lengths: int32 [2B]; margin: float32 [B].
+    """
+
+    tokens: Any
+    lengths: Any
+    margin: Any
+
+
+def pair_batch(encoded: list[tuple[list[int], list[int], float]], *, width: int, pad_id: int):
+    """A `PairBatch` (numpy) of encoded pairs (chosen ids, rejected ids, margin)."""
+    rows = [c for c, _, _ in encoded] + [r for _, r, _ in encoded]
+    tokens = np.full((len(rows), width), pad_id, np.int32)
+    for b, ids in enumerate(rows):
+        tokens[b, : len(ids)] = ids
+    lengths = np.array([len(ids) for ids in rows], np.int32)
+    margin = np.array([m for _, _, m in encoded], np.float32)
+    return PairBatch(tokens, lengths, margin)
+
+
+def rm_loss(model: ScalarHeadModel, batch: PairBatch):
+    """Bradley-Terry loss of a `PairBatch` (scores at each row's last token)."""
+    scores = model.sequence_scores(batch.tokens, batch.lengths)
+    half = batch.margin.shape[0]
+    return bradley_terry(scores[:half], scores[half:], margin_b=batch.margin)
+
+
+class RewardModelRun:
+    """One reward-model run: the pairs (encoded), the `Learner` and the held-out evaluation."""
+
+    def __init__(self, config, workdir: str):
+        self.config, r = config, config.rm
+        policy, self.tokenizer = load_policy(config)
+        path = r.pairs or os.path.join(workdir, "pairs.jsonl")
+        self.pair_stats: dict[str, float] = {}
+        if not r.pairs and not os.path.isfile(path):
+            self.pair_stats = make_pairs(config, policy, self.tokenizer, path)
+            print(
+                f"[jaxrl_llm] {self.pair_stats['pairs']} pairs from "
+                f"{self.pair_stats['prompts']} prompts written to {path}"
+            )
+        encoded, dropped = self._encode(read_pairs_jsonl(path))
+        if len(encoded) < 2:
+            raise ValueError(
+                f"{path}: {len(encoded)} usable pairs ({dropped} longer than "
+                f"config.rm.max_length={r.max_length}); a reward model needs more. Sample more "
+                "prompts (config.rm.num_prompts) or give a pair file (config.rm.pairs)."
+            )
+        order = np.random.default_rng(config.seed).permutation(len(encoded))
+        held = max(1, int(round(r.eval_fraction * len(encoded))))
+        self.eval_pairs = [encoded[i] for i in order[:held]]
+        self.train_pairs = [encoded[i] for i in order[held:]]
+        self.pair_stats.update(train_pairs=len(self.train_pairs), eval_pairs=held, dropped=dropped)
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        self.model = ScalarHeadModel.from_policy(policy, seed=config.seed, head_init="normal")
+        del policy
+        mesh = make_placement(config.placement).train_mesh
+        optimizer = build_optimizer(config.optimizer, config.train.num_steps)
+        self.learner = Learner(self.model, optimizer, rm_loss, mesh)
+        graphdef = self.learner.graphdef
+        self._score_fn = jax.jit(lambda p, t, n: nnx.merge(graphdef, p).sequence_scores(t, n))
+
+    def _encode(self, pairs: list[Pair]):
+        encoded, dropped = [], 0
+        for pair in pairs:
+            chosen = self.tokenizer.encode(pair.prompt + pair.chosen)
+            rejected = self.tokenizer.encode(pair.prompt + pair.rejected)
+            if max(len(chosen), len(rejected)) > self.config.rm.max_length:
+                dropped += 1
+                continue
+            encoded.append((chosen, rejected, pair.margin))
+        return encoded, dropped
+
+    def batch(self, step: int):
+        """Step `step`'s pairs (epochs of a seeded permutation), placed."""
+        n, size = len(self.train_pairs), self.config.rm.batch_size
+        epoch, start = divmod(step * size, n)
+        order = np.random.default_rng([self.config.seed, epoch]).permutation(n)
+        chosen = [self.train_pairs[i] for i in np.resize(np.roll(order, -start), size)]
+        batch = pair_batch(chosen, width=self.config.rm.max_length, pad_id=self.pad_id)
+        return place_batch(batch, self.learner.mesh, self.learner.rules)
+
+    def evaluate(self, when: str) -> dict[str, float]:
+        """Held-out pairwise accuracy and loss (every held-out pair once)."""
+        del when
+        size, weights, losses, accuracies = self.config.rm.batch_size, [], [], []
+        for start in range(0, len(self.eval_pairs), size):
+            chunk = self.eval_pairs[start : start + size]
+            real = len(chunk)
+            chunk = chunk + [chunk[0]] * (size - real)  # one compiled shape
+            batch = pair_batch(chunk, width=self.config.rm.max_length, pad_id=self.pad_id)
+            scores = self._scores(batch)
+            chosen, rejected = scores[:size][:real], scores[size:][:real]
+            accuracies.append(float(np.mean(np.where(chosen == rejected, 0.5, chosen > rejected))))
+            losses.append(float(np.mean(-jax.nn.log_sigmoid(chosen - rejected))))
+            weights.append(real)
+        return {
+            "eval/pair_accuracy": float(np.average(accuracies, weights=weights)),
+            "eval/loss": float(np.average(losses, weights=weights)),
+        }
+
+    def _scores(self, batch: PairBatch) -> np.ndarray:
+        return np.asarray(
+            self._score_fn(self.learner.params, jnp.asarray(batch.tokens), batch.lengths)
+        )
+
+
+def train_reward_model(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
+    """Runs (or resumes) the reward-model stage; returns its summary (also summary.json)."""
+    validate_rm_config(config)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2))
+    start_time = time.time()
+    run = RewardModelRun(config, workdir)
+    before, after = fit(
+        run.learner,
+        run.batch,
+        run.evaluate,
+        workdir=workdir,
+        num_steps=config.train.num_steps,
+        checkpoint_every=config.train.checkpoint_every,
+        eval_every=config.rm.eval_every,
+        desc="RM",
+        progress=progress,
+    )
+    nnx.update(run.model, run.learner.params)
+    directory = os.path.join(workdir, "reward_model")
+    save_scalar_model(run.model, directory)
+    summary = {
+        "stage": "reward_model",
+        "steps": config.train.num_steps,
+        "pairs": run.pair_stats,
+        "before": before,
+        "after": after,
+        "chance_pair_accuracy": 0.5,
+        "train_time_s": time.time() - start_time,
+        "reward_model": directory,
+    }
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(
+        f"[jaxrl_llm] reward model held-out pair accuracy {100 * before['eval/pair_accuracy']:.1f}%"
+        f" -> {100 * after['eval/pair_accuracy']:.1f}% (chance 50%), written to {directory}"
+    )
+    return summary

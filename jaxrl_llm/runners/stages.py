@@ -1,0 +1,40 @@
+"""The stages a config may name (`config.stage`): RL (the default), "sft" and "reward_model".
+
+InstructGPT's three-stage pipeline (2203.02155): supervised fine-tuning, a reward model from
+comparisons, RL against it. Each stage is a `(validate, run)` pair, imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# stage -> (module, validate function, run function); RL is `online_sync.train`.
+STAGES = {
+    "rl": ("jaxrl_llm.runners.online_sync", None, "train"),
+    "sft": ("jaxrl_llm.runners.sft", "validate_sft_config", "train_sft"),
+    "reward_model": ("jaxrl_llm.runners.reward_model", "validate_rm_config", "train_reward_model"),
+}
+
+
+def stage_of(config) -> str:
+    """The config's stage; raises ValueError naming `config.stage` if unknown."""
+    stage = config.get("stage", "rl")
+    if stage not in STAGES:
+        raise ValueError(f"config.stage={stage!r} must be one of {tuple(STAGES)}.")
+    return stage
+
+
+def validate_stage(config) -> None:
+    """Validates a config of any stage (`jaxrl_llm.config.validate_config` for RL)."""
+    module, validate, _ = STAGES[stage_of(config)]
+    if validate is None:
+        from jaxrl_llm.config import validate_config
+
+        return validate_config(config)
+    return getattr(importlib.import_module(module), validate)(config)
+
+
+def run_stage(config, workdir: str, *, progress: bool = True):
+    """Runs the stage a config names; returns its summary."""
+    module, _, run = STAGES[stage_of(config)]
+    return getattr(importlib.import_module(module), run)(config, workdir, progress=progress)

@@ -1,0 +1,65 @@
+"""The outcome reward-model stage on the tiny model: pairs made from the policy's samples, a
+reward model that learns a preference from a pair file, and errors naming a bad pair line."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxrl_llm.config import load_config
+from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
+from jaxrl_llm.models.heads import load_scalar_model
+from jaxrl_llm.runners import run_stage
+from tests.run_helpers import ROOT
+
+RM_TINY = os.path.join(ROOT, "experiments", "configs", "rm_tiny.py")
+
+
+def _preference_pairs(path, count=40, seed=0):
+    """Pairs whose preferred completion ends with "yes" and the other with "no": a preference a
+    tiny reward model can learn from the last token it scores."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for i in range(count):
+        prompt = f"<|im_start|>user\nQuestion {i}: {rng.integers(100)}?<|im_end|>\n"
+        filler = " ".join(str(x) for x in rng.integers(0, 99, size=rng.integers(1, 6)))
+        pairs.append(Pair(prompt, f"{filler} yes", f"{filler} no"))
+    write_pairs_jsonl(str(path), pairs)
+    return str(path)
+
+
+def test_the_reward_model_learns_a_preference_and_is_saved(tmp_path):
+    pairs = _preference_pairs(tmp_path / "pairs.jsonl")
+    config = load_config(RM_TINY, {"rm.pairs": pairs, "train.num_steps": 30})
+    summary = run_stage(config, str(tmp_path / "rm"), progress=False)
+    assert summary["pairs"]["eval_pairs"] == 8 and summary["pairs"]["train_pairs"] == 32
+    assert summary["after"]["eval/pair_accuracy"] >= 0.9  # chance is 0.5
+    assert summary["after"]["eval/loss"] < summary["before"]["eval/loss"]
+    model = load_scalar_model(summary["reward_model"])
+    assert model.trunk.config.num_layers == 2
+
+
+def test_pairs_are_made_from_the_policys_samples(tmp_path, text_reward):
+    """With the tests' odd-length reward, some samples of a prompt "succeed" and some do not:
+    each such prompt gives one pair, correct completion first."""
+    config = load_config(RM_TINY, {"train.num_steps": 2, "rm.num_prompts": 8})
+    summary = run_stage(config, str(tmp_path), progress=False)
+    pairs = read_pairs_jsonl(str(tmp_path / "pairs.jsonl"))
+    assert summary["pairs"]["pairs"] == len(pairs) >= 2
+    for pair in pairs:
+        assert len(pair.chosen) % 2 == 1 and len(pair.rejected) % 2 == 0
+        assert pair.prompt.startswith("<|im_start|>") and pair.meta["task"]
+
+
+def test_a_bad_pair_file_names_the_line_and_field(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(
+        json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"})
+        + "\n"
+        + json.dumps({"prompt": "p", "chosen": "a"})
+        + "\n"
+    )
+    config = load_config(RM_TINY, {"rm.pairs": str(path)})
+    with pytest.raises(ValueError, match=r"line 2: field 'rejected' is missing"):
+        run_stage(config, str(tmp_path / "rm"), progress=False)
