@@ -74,8 +74,13 @@ def base_config() -> ml_collections.ConfigDict:
     c.rewards.timeout_s = 5.0
     # A reward model: the directory of a saved scalar-head model (`save_scalar_model`), scored
     # on device at the last token of prompt + completion and added with `model_weight`; "" = none.
+    # Several directories, comma-separated, make an ensemble combined by `ensemble`.
     c.rewards.model = ""
     c.rewards.model_weight = 1.0
+    # How an ensemble of reward models combines: "mean", "min" or "mean_minus_std" (mean - k std,
+    # k = ensemble_k); see jaxrl_llm.rewards.ensemble.
+    c.rewards.ensemble = "mean"
+    c.rewards.ensemble_k = 1.0
 
     c.rollout = ml_collections.ConfigDict()
     # Prompts per step and completions per prompt (the GRPO group).
@@ -310,6 +315,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.train.max_time_s={config.train.max_time_s} and "
             f"config.eval.every={config.eval.every} must be >= 0 (0 disables)."
+        )
+    from jaxrl_llm.rewards.ensemble import ENSEMBLE_MODES
+
+    if config.rewards.ensemble not in ENSEMBLE_MODES or config.rewards.ensemble_k < 0:
+        raise ValueError(
+            f"config.rewards.ensemble={config.rewards.ensemble!r} must be one of "
+            f"{ENSEMBLE_MODES} and config.rewards.ensemble_k={config.rewards.ensemble_k} >= 0."
         )
     from jaxrl_llm.roles.placement import validate_placement
 

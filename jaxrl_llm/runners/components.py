@@ -19,6 +19,7 @@ from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import load_scalar_model
 from jaxrl_llm.models.registry import resolve_model_path
 from jaxrl_llm.rewards import RewardRunner, exact_task_reward, format_reward, task_reward
+from jaxrl_llm.rewards.ensemble import EnsembleReward
 from jaxrl_llm.roles import (
     Critic,
     Learner,
@@ -192,6 +193,14 @@ def build_roles(
     actor = Learner(policy, parts.optimizer, algorithm.loss, placement.train_mesh)
     reward_model = None
     if config.rewards.model:
-        reward_model = ModelReward(load_scalar_model(config.rewards.model), parts.tokenizer)
+        models = [
+            ModelReward(load_scalar_model(path.strip()), parts.tokenizer)
+            for path in config.rewards.model.split(",")
+        ]
+        reward_model = models[0]
+        if len(models) > 1:
+            reward_model = EnsembleReward(
+                models, mode=config.rewards.ensemble, k=config.rewards.ensemble_k
+            )
     reward = RewardRole(parts.rewards, reward_model, model_weight=config.rewards.model_weight)
     return Roles(placement, actor, rollout, reward, reference, critic)

@@ -63,3 +63,34 @@ def test_a_bad_pair_file_names_the_line_and_field(tmp_path):
     config = load_config(RM_TINY, {"rm.pairs": str(path)})
     with pytest.raises(ValueError, match=r"line 2: field 'rejected' is missing"):
         run_stage(config, str(tmp_path / "rm"), progress=False)
+
+
+def test_rl_against_an_ensemble_of_reward_models_reports_the_verifier(tmp_path):
+    """PPO-family RL with the reward models' score alone (task weight 0): the reward is the
+    ensemble's minimum and `reward/accuracy` is still the verifier's."""
+    from jaxrl_llm.models.heads import ScalarHeadModel, save_scalar_model
+    from jaxrl_llm.runners import train
+    from jaxrl_llm.runners.components import load_policy
+
+    rl_tiny = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")
+    base = {"train.num_steps": 1, "eval.before": False, "eval.after": False}
+    policy, _ = load_policy(load_config(rl_tiny, base))
+    paths = []
+    for seed in (1, 2):
+        path = str(tmp_path / f"rm{seed}")
+        save_scalar_model(ScalarHeadModel.from_policy(policy, seed=seed, head_init="normal"), path)
+        paths.append(path)
+    overrides = {
+        **base,
+        "rewards.model": ",".join(paths),
+        "rewards.ensemble": "min",
+        "rewards.task_weight": 0.0,
+    }
+    train(load_config(rl_tiny, overrides), str(tmp_path / "rl"), progress=False)
+    from jaxrl_llm.metrics import read_metrics
+
+    (row,) = [r for r in read_metrics(str(tmp_path / "rl")) if "train/rows" in r]
+    assert row["reward/mean"] != 0.0  # the models' scores (the verifier's weight is 0)
+    assert row["reward/accuracy"] == 0.0  # a random policy never solves the task
+    with pytest.raises(ValueError, match="config.rewards.ensemble='max'"):
+        load_config(rl_tiny, {**overrides, "rewards.ensemble": "max"})
