@@ -81,6 +81,14 @@ def base_config() -> ml_collections.ConfigDict:
     # k = ensemble_k); see jaxrl_llm.rewards.ensemble.
     c.rewards.ensemble = "mean"
     c.rewards.ensemble_k = 1.0
+    # A process reward model (`process_reward_model` stage): its per-step scores, refined by
+    # `process_refinement` ("none", "clip" with threshold `process_eta`, or "delta"; Gao et al.
+    # 2024) and summed, are added with `process_weight`; "" = none. Steps split on `step_marker`.
+    c.rewards.process_model = ""
+    c.rewards.process_weight = 1.0
+    c.rewards.process_refinement = "none"
+    c.rewards.process_eta = 0.5
+    c.rewards.step_marker = "\n"
 
     c.rollout = ml_collections.ConfigDict()
     # Prompts per step and completions per prompt (the GRPO group).
@@ -322,6 +330,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.rewards.ensemble={config.rewards.ensemble!r} must be one of "
             f"{ENSEMBLE_MODES} and config.rewards.ensemble_k={config.rewards.ensemble_k} >= 0."
+        )
+    from jaxrl_llm.rewards.refinement import REFINEMENTS
+
+    if config.rewards.process_refinement not in REFINEMENTS or not config.rewards.step_marker:
+        raise ValueError(
+            f"config.rewards.process_refinement={config.rewards.process_refinement!r} must be "
+            f"one of {REFINEMENTS}, and config.rewards.step_marker non-empty."
         )
     from jaxrl_llm.roles.placement import validate_placement
 

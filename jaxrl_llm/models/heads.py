@@ -2,6 +2,7 @@
 
     value_bt = ScalarHeadModel(trunk).token_scores(tokens_bt)       # [B, T], aligned like logp
     score_b  = ScalarHeadModel(trunk).sequence_scores(tokens_bt, lengths_b)   # [B]
+    step_bs  = ScalarHeadModel(trunk).scores_at(tokens_bt, step_end_bs)       # [B, S]
 
 The head is one [D] weight and a bias on the trunk's final-normed hidden states. Alignment
 follows `jaxrl_llm.training.sequence_logprobs`: column t of `token_scores` is read from the hidden
@@ -95,6 +96,15 @@ class ScalarHeadModel(nnx.Module):
         pad = jnp.zeros((tokens_bt.shape[0], 1), jnp.float32)
         return jnp.concatenate([pad, scores_bt], axis=1)
 
+    def scores_at(self, tokens_bt: Array, index_bs: Array) -> Array:
+        """Scores [B, S] float32 read at the hidden states of tokens `index_bs` (int32 [B, S],
+        clipped to [0, T - 1]): the model's score of each prefix ending at those tokens (a
+        process reward model's step scores, at each step's last token)."""
+        hidden_btd, _ = self.trunk.hidden_states(tokens_bt)
+        index = jnp.clip(index_bs, 0, tokens_bt.shape[1] - 1)
+        hidden_bsd = jnp.take_along_axis(hidden_btd, index[:, :, None], axis=1)
+        return self._scores(hidden_bsd)
+
     def sequence_scores(self, tokens_bt: Array, lengths_b: Array) -> Array:
         """One score [B] per sequence, read at its last real token (reward-model style).
 
@@ -102,10 +112,7 @@ class ScalarHeadModel(nnx.Module):
           tokens_bt: int32 [B, T], left-aligned sequences padded on the right.
           lengths_b: int32 [B], the number of real tokens of each row (>= 1).
         """
-        hidden_btd, _ = self.trunk.hidden_states(tokens_bt)
-        last = jnp.clip(lengths_b - 1, 0, tokens_bt.shape[1] - 1)
-        hidden_bd = jnp.take_along_axis(hidden_btd, last[:, None, None], axis=1)
-        return self._scores(hidden_bd)[:, 0]
+        return self.scores_at(tokens_bt, (lengths_b - 1)[:, None])[:, 0]
 
 
 _CONFIG_FILE = "model_config.json"

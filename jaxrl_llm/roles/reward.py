@@ -1,4 +1,5 @@
-"""The reward role: reward functions (threads, time limits), optionally plus a reward model.
+"""The reward role: reward functions (threads, time limits), optionally plus a reward model (or
+an ensemble) and a process reward model.
 
 Functions are scored by `jaxrl_llm.rewards.RewardRunner`. A reward model is a `ScalarHeadModel`
 (a Transformer trunk with a scalar head, e.g. trained with a Bradley-Terry loss) scored in
@@ -75,18 +76,32 @@ class RewardRole:
     """
 
     def __init__(
-        self, functions: RewardRunner, model: ModelReward | None = None, model_weight: float = 1.0
+        self,
+        functions: RewardRunner,
+        model: ModelReward | None = None,
+        model_weight: float = 1.0,
+        *,
+        process=None,
+        process_weight: float = 1.0,
     ):
         self.functions, self.model, self.model_weight = functions, model, model_weight
+        self.process, self.process_weight = process, process_weight
 
     def __call__(self, prompts, completions, examples) -> RewardOutput:
         out = self.functions(prompts, completions, examples)
-        if self.model is None:
-            return out
-        scores = self.model(prompts, completions)
+        total, per_function = out.total, dict(out.per_function)
+        if self.model is not None:
+            scores = self.model(prompts, completions)
+            total = total + self.model_weight * scores
+            per_function["model"] = scores
+        if self.process is not None:  # a `rewards.process.ProcessReward`
+            scores = self.process(prompts, completions)
+            total = total + self.process_weight * scores
+            per_function["process"] = scores
+            per_function["process_steps"] = self.process.last_steps.astype(np.float32)
         return RewardOutput(
-            total=(out.total + self.model_weight * scores).astype(np.float32),
-            per_function={**out.per_function, "model": scores},
+            total=np.asarray(total, np.float32),
+            per_function=per_function,
             num_errors=out.num_errors,
             num_timeouts=out.num_timeouts,
         )

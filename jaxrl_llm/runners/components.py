@@ -20,6 +20,7 @@ from jaxrl_llm.models.heads import load_scalar_model
 from jaxrl_llm.models.registry import resolve_model_path
 from jaxrl_llm.rewards import RewardRunner, exact_task_reward, format_reward, task_reward
 from jaxrl_llm.rewards.ensemble import EnsembleReward
+from jaxrl_llm.rewards.process import ProcessReward
 from jaxrl_llm.roles import (
     Critic,
     Learner,
@@ -202,5 +203,20 @@ def build_roles(
             reward_model = EnsembleReward(
                 models, mode=config.rewards.ensemble, k=config.rewards.ensemble_k
             )
-    reward = RewardRole(parts.rewards, reward_model, model_weight=config.rewards.model_weight)
+    process = None
+    if config.rewards.process_model:
+        process = ProcessReward(
+            load_scalar_model(config.rewards.process_model),
+            parts.tokenizer,
+            refinement=config.rewards.process_refinement,
+            eta=config.rewards.process_eta,
+            marker=config.rewards.step_marker,
+        )
+    reward = RewardRole(
+        parts.rewards,
+        reward_model,
+        model_weight=config.rewards.model_weight,
+        process=process,
+        process_weight=config.rewards.process_weight,
+    )
     return Roles(placement, actor, rollout, reward, reference, critic)

@@ -368,6 +368,11 @@ class OnlineRun:
             ),
             "reward/errors": float(sum(reward_out.num_errors.values())),
             "reward/timeouts": float(sum(reward_out.num_timeouts.values())),
+            **{  # the learned rewards' and extra functions' means (the task's is the accuracy)
+                f"reward/{name}": float(np.mean(values))
+                for name, values in reward_out.per_function.items()
+                if name != "task"
+            },
             "completion/length": float(np.mean(rollout.lengths)),
             "completion/eos_fraction": float(np.mean(rollout.finish_reason != 0)),
             **_work_metrics(generated.work),

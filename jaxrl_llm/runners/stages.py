@@ -1,4 +1,5 @@
-"""The stages a config may name (`config.stage`): RL (the default), "sft" and "reward_model".
+"""The stages a config may name (`config.stage`): RL (the default), "sft", "reward_model" and
+"process_reward_model".
 
 InstructGPT's three-stage pipeline (2203.02155): supervised fine-tuning, a reward model from
 comparisons, RL against it. Each stage is a `(validate, run)` pair, imported on first use.
@@ -13,6 +14,11 @@ STAGES = {
     "rl": ("jaxrl_llm.runners.online_sync", None, "train"),
     "sft": ("jaxrl_llm.runners.sft", "validate_sft_config", "train_sft"),
     "reward_model": ("jaxrl_llm.runners.reward_model", "validate_rm_config", "train_reward_model"),
+    "process_reward_model": (
+        "jaxrl_llm.runners.process_reward_model",
+        "validate_prm_config",
+        "train_process_reward_model",
+    ),
 }
 
 
