@@ -1,5 +1,5 @@
-"""The stages a config may name (`config.stage`): RL (the default), "sft", "reward_model" and
-"process_reward_model".
+"""The stages a config may name (`config.stage`): RL (the default), "sft", "reward_model",
+"process_reward_model", and "pipeline" (SFT -> reward model -> RL, `runners.pipeline_stages`).
 
 InstructGPT's three-stage pipeline (2203.02155): supervised fine-tuning, a reward model from
 comparisons, RL against it. Each stage is a `(validate, run)` pair, imported on first use.
@@ -19,6 +19,7 @@ STAGES = {
         "validate_prm_config",
         "train_process_reward_model",
     ),
+    "pipeline": ("jaxrl_llm.runners.pipeline_stages", "validate_pipeline_config", "run_pipeline"),
 }
 
 

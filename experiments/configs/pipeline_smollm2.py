@@ -1,0 +1,22 @@
+"""SFT -> outcome reward model -> PPO against it, on SmolLM2-135M-Instruct and chain_sum, from one
+command (each stage's output feeds the next; rerunning resumes at the unfinished stage):
+    python -m jaxrl_llm.main --config experiments/configs/pipeline_smollm2.py --workdir runs/pipe
+Stages: experiments/configs/sft_smollm2.py, rm_smollm2.py and ppo_smollm2.py, with the RL
+reward the reward model's score alone (rewards.task_weight = 0): `reward/accuracy` is still the
+verifier's, so reward hacking shows as reward up while accuracy falls."""
+
+import os
+
+from jaxrl_llm.config import load_config
+from jaxrl_llm.runners.pipeline_stages import pipeline_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def get_config():
+    sft = load_config(os.path.join(HERE, "sft_smollm2.py"))
+    rm = load_config(os.path.join(HERE, "rm_smollm2.py"))
+    rl = load_config(os.path.join(HERE, "ppo_smollm2.py"))
+    with rl.unlocked():
+        rl.rewards.task_weight = 0.0
+    return pipeline_config(sft, rm, rl)
