@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from jaxrl_llm.data import scoring
 from jaxrl_llm.data.example import Example
 
-__all__ = ["JsonlRecord", "JsonlSource", "final_answer", "read_prompt_jsonl"]
+__all__ = ["JsonlRecord", "JsonlSource", "final_answer", "json_objects", "read_prompt_jsonl"]
 
 
 def final_answer(answer_field: str) -> str:
@@ -57,6 +57,37 @@ def _as_text(value: Any, *, key: str, where: str) -> str:
     raise ValueError(
         f"{where}: key {key!r} must be a string or a number, got {type(value).__name__}."
     )
+
+
+def json_objects(path: str | os.PathLike, *, what: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, object) for every non-blank line of a JSONL file; `where` is "<path>, line N",
+    for the caller's own field errors.
+
+    Raises:
+      FileNotFoundError: no file at `path` (the message names `what` it should hold).
+      ValueError: a line that is not valid JSON or not an object, or a file without any line.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} file {path!r} does not exist.")
+    count = 0
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {number}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e.msg}).") from None
+            if not isinstance(obj, dict):
+                raise ValueError(
+                    f"{where}: a line must be a JSON object, got {type(obj).__name__}."
+                )
+            count += 1
+            yield where, obj
+    if not count:
+        raise ValueError(f"{path}: no {what} (the file is empty).")
 
 
 def read_prompt_jsonl(

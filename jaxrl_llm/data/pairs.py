@@ -16,6 +16,8 @@ import os
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from jaxrl_llm.data.jsonl import json_objects
+
 __all__ = ["Pair", "read_pairs_jsonl", "write_pairs_jsonl"]
 
 _TEXT_FIELDS = ("prompt", "chosen", "rejected")
@@ -37,9 +39,7 @@ class Pair(NamedTuple):
     meta: dict[str, Any] | None = None
 
 
-def _pair_of(obj: Any, where: str) -> Pair:
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where}: a line must be a JSON object, got {type(obj).__name__}.")
+def _pair_of(obj: dict[str, Any], where: str) -> Pair:
     texts = []
     for field in _TEXT_FIELDS:
         if field not in obj:
@@ -71,22 +71,7 @@ def read_pairs_jsonl(path: str) -> list[Pair]:
       ValueError: naming the file, the line and the field of the first bad line (invalid JSON, a
         missing field, a non-string text, an empty response, a bad margin), or an empty file.
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"pair file {path!r} does not exist.")
-    pairs = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg}).") from None
-            pairs.append(_pair_of(obj, where))
-    if not pairs:
-        raise ValueError(f"{path}: no pairs (the file is empty).")
-    return pairs
+    return [_pair_of(obj, where) for where, obj in json_objects(path, what="pairs")]
 
 
 def write_pairs_jsonl(path: str, pairs: Iterable[Pair]) -> int:

@@ -8,12 +8,11 @@ responses (`records_from_examples`).
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from jaxrl_llm.data.example import Example
+from jaxrl_llm.data.jsonl import json_objects
 
 __all__ = ["SftRecord", "read_sft_jsonl", "records_from_examples", "DEFAULT_RESPONSE_TEMPLATE"]
 
@@ -39,34 +38,20 @@ def read_sft_jsonl(
       ValueError: naming the file, line and field of the first bad line (invalid JSON, not an
         object, a missing or non-string field, an empty response), or an empty file.
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"SFT file {path!r} does not exist.")
     records = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg}).") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{where}: a line must be a JSON object.")
-            texts = []
-            for key in (prompt_key, response_key):
-                if key not in obj:
-                    raise ValueError(f"{where}: field {key!r} is missing.")
-                if not isinstance(obj[key], str):
-                    raise ValueError(
-                        f"{where}: field {key!r} must be a string, got {type(obj[key]).__name__}."
-                    )
-                texts.append(obj[key])
-            if not texts[1].strip():
-                raise ValueError(f"{where}: field {response_key!r} is an empty response.")
-            records.append(SftRecord(*texts))
-    if not records:
-        raise ValueError(f"{path}: no records (the file is empty).")
+    for where, obj in json_objects(path, what="SFT records"):
+        texts = []
+        for key in (prompt_key, response_key):
+            if key not in obj:
+                raise ValueError(f"{where}: field {key!r} is missing.")
+            if not isinstance(obj[key], str):
+                raise ValueError(
+                    f"{where}: field {key!r} must be a string, got {type(obj[key]).__name__}."
+                )
+            texts.append(obj[key])
+        if not texts[1].strip():
+            raise ValueError(f"{where}: field {response_key!r} is an empty response.")
+        records.append(SftRecord(*texts))
     return records
 
 

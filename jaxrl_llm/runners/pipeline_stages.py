@@ -25,6 +25,7 @@ import os
 import ml_collections
 
 from jaxrl_llm.runners.stages import run_stage, validate_stage
+from jaxrl_llm.runners.supervised import write_config
 
 PIPELINE_STAGES = ("sft", "reward_model", "rl")
 
@@ -67,9 +68,7 @@ def _use_policy(stage_config, model_dir: str) -> None:
 def run_pipeline(config, workdir: str, *, progress: bool = True) -> dict:
     """Runs the pipeline's stages in order (see the module docstring); returns their summaries."""
     validate_pipeline_config(config)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
+    write_config(config, workdir)
     summaries = {}
     for name in config.stages:
         stage_config = ml_collections.ConfigDict(config[name].to_dict())

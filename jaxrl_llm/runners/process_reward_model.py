@@ -31,6 +31,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.config import base_config
+from jaxrl_llm.data.jsonl import json_objects
 from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.losses.reward_model import step_cross_entropy
 from jaxrl_llm.models.heads import ScalarHeadModel, save_scalar_model
@@ -40,7 +41,7 @@ from jaxrl_llm.roles import Learner, make_placement, place_batch
 from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import build_optimizer, load_policy
-from jaxrl_llm.runners.supervised import fit
+from jaxrl_llm.runners.supervised import fit, step_indices, write_config, write_summary
 
 LABELS = ("soft", "hard")
 
@@ -114,29 +115,17 @@ def read_step_labels(path: str, marker: str = "\n") -> list[StepLabels]:
       ValueError: naming the file, line and field of the first bad line.
     """
     out = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg}).") from None
-            for key, kind in (("prompt", str), ("completion", str), ("labels", list)):
-                if not isinstance(obj.get(key), kind):
-                    raise ValueError(f"{where}: field {key!r} must be a {kind.__name__}.")
-            labels = obj["labels"]
-            if not all(isinstance(x, int | float) and 0 <= x <= 1 for x in labels):
-                raise ValueError(f"{where}: field 'labels' must hold numbers in [0, 1].")
-            steps = len(split_steps(obj["completion"], marker))
-            if steps != len(labels) or not labels:
-                raise ValueError(
-                    f"{where}: field 'labels' has {len(labels)} labels for {steps} steps."
-                )
-            out.append(StepLabels(obj["prompt"], obj["completion"], [float(x) for x in labels]))
-    if not out:
-        raise ValueError(f"{path}: no labelled completions (the file is empty).")
+    for where, obj in json_objects(path, what="labelled completions"):
+        for key, kind in (("prompt", str), ("completion", str), ("labels", list)):
+            if not isinstance(obj.get(key), kind):
+                raise ValueError(f"{where}: field {key!r} must be a {kind.__name__}.")
+        labels = obj["labels"]
+        if not all(isinstance(x, int | float) and 0 <= x <= 1 for x in labels):
+            raise ValueError(f"{where}: field 'labels' must hold numbers in [0, 1].")
+        steps = len(split_steps(obj["completion"], marker))
+        if steps != len(labels) or not labels:
+            raise ValueError(f"{where}: field 'labels' has {len(labels)} labels for {steps} steps.")
+        out.append(StepLabels(obj["prompt"], obj["completion"], [float(x) for x in labels]))
     return out
 
 
@@ -286,10 +275,9 @@ class ProcessRewardModelRun:
 
     def batch(self, step: int):
         """Step `step`'s completions (epochs of a seeded permutation), placed."""
-        n, size = len(self.train_items), self.config.prm.batch_size
-        epoch, start = divmod(step * size, n)
-        order = np.random.default_rng([self.config.seed, epoch]).permutation(n)
-        items = [self.train_items[i] for i in np.resize(np.roll(order, -start), size)]
+        size = self.config.prm.batch_size
+        indices = step_indices(self.config.seed, step, size, len(self.train_items))
+        items = [self.train_items[i] for i in indices]
         return place_batch(self.step_batch(items), self.learner.mesh, self.learner.rules)
 
     def evaluate(self, when: str) -> dict[str, float]:
@@ -317,9 +305,7 @@ class ProcessRewardModelRun:
 def train_process_reward_model(config, workdir: str, *, progress: bool = True):
     """Runs (or resumes) the process reward-model stage; returns its summary (summary.json)."""
     validate_prm_config(config)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
+    write_config(config, workdir)
     start_time = time.time()
     run = ProcessRewardModelRun(config, workdir)
     before, after = fit(
@@ -345,8 +331,7 @@ def train_process_reward_model(config, workdir: str, *, progress: bool = True):
         "train_time_s": time.time() - start_time,
         "process_reward_model": directory,
     }
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    write_summary(workdir, summary)
     print(
         f"[jaxrl_llm] process reward model held-out step accuracy "
         f"{100 * before['eval/step_accuracy']:.1f}% -> {100 * after['eval/step_accuracy']:.1f}% "

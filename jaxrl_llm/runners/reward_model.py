@@ -21,7 +21,6 @@ the RL stage takes as `--config.rewards.model=<workdir>/reward_model`.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import time
 from typing import Any, NamedTuple
@@ -41,7 +40,7 @@ from jaxrl_llm.roles import Learner, make_placement, place_batch
 from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import build_optimizer, load_policy
-from jaxrl_llm.runners.supervised import fit
+from jaxrl_llm.runners.supervised import fit, step_indices, write_config, write_summary
 
 
 def rm_section() -> ml_collections.ConfigDict:
@@ -212,10 +211,9 @@ class RewardModelRun:
 
     def batch(self, step: int):
         """Step `step`'s pairs (epochs of a seeded permutation), placed."""
-        n, size = len(self.train_pairs), self.config.rm.batch_size
-        epoch, start = divmod(step * size, n)
-        order = np.random.default_rng([self.config.seed, epoch]).permutation(n)
-        chosen = [self.train_pairs[i] for i in np.resize(np.roll(order, -start), size)]
+        size = self.config.rm.batch_size
+        indices = step_indices(self.config.seed, step, size, len(self.train_pairs))
+        chosen = [self.train_pairs[i] for i in indices]
         batch = pair_batch(chosen, width=self.config.rm.max_length, pad_id=self.pad_id)
         return place_batch(batch, self.learner.mesh, self.learner.rules)
 
@@ -247,9 +245,7 @@ class RewardModelRun:
 def train_reward_model(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
     """Runs (or resumes) the reward-model stage; returns its summary (also summary.json)."""
     validate_rm_config(config)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
+    write_config(config, workdir)
     start_time = time.time()
     run = RewardModelRun(config, workdir)
     before, after = fit(
@@ -276,8 +272,7 @@ def train_reward_model(config: ml_collections.ConfigDict, workdir: str, *, progr
         "train_time_s": time.time() - start_time,
         "reward_model": directory,
     }
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    write_summary(workdir, summary)
     print(
         f"[jaxrl_llm] reward model held-out pair accuracy {100 * before['eval/pair_accuracy']:.1f}%"
         f" -> {100 * after['eval/pair_accuracy']:.1f}% (chance 50%), written to {directory}"

@@ -18,7 +18,6 @@ directory, `<workdir>/model`, which the next stage loads with `--config.model.na
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -43,7 +42,7 @@ from jaxrl_llm.roles import Learner, make_placement, place_batch
 from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import build_optimizer, load_policy
 from jaxrl_llm.runners.online_sync import eval_settings
-from jaxrl_llm.runners.supervised import fit
+from jaxrl_llm.runners.supervised import fit, step_indices, write_config, write_summary
 from jaxrl_llm.training.sft import make_sft_batch, sft_loss, token_accuracy, tokenize_records
 
 
@@ -156,10 +155,9 @@ class SftRun:
 
     def batch(self, step: int):
         """Step `step`'s records (epochs of a seeded permutation), as a placed `SftBatch`."""
-        n, size = len(self.train_records), self.config.sft.batch_size
-        epoch, start = divmod(step * size, n)
-        order = np.random.default_rng([self.config.seed, epoch]).permutation(n)
-        chosen = [self._sequence(int(i)) for i in np.resize(np.roll(order, -start), size)]
+        size = self.config.sft.batch_size
+        indices = step_indices(self.config.seed, step, size, len(self.train_records))
+        chosen = [self._sequence(int(i)) for i in indices]
         batch = make_sft_batch(
             chosen,
             pad_id=self.pad_id,
@@ -209,9 +207,7 @@ class SftRun:
 def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
     """Runs (or resumes) the SFT stage; returns its summary (also `<workdir>/summary.json`)."""
     validate_sft_config(config)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
+    write_config(config, workdir)
     run = SftRun(config, workdir)
 
     def evaluate(when: str) -> dict[str, float]:
@@ -244,8 +240,7 @@ def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool
         "train_time_s": time.time() - start_time,
         "model": os.path.join(workdir, "model"),
     }
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    write_summary(workdir, summary)
     _print_summary(summary)
     return summary
 

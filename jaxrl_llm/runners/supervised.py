@@ -11,11 +11,13 @@ checkpointed with the state, so a resumed run reports the same "before".
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 import tqdm
 
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like
@@ -68,3 +70,30 @@ def fit(
         checkpointer.close()
         writer.close()
     return meta["before"], after
+
+
+def step_indices(seed: int, step: int, batch_size: int, count: int) -> np.ndarray:
+    """The `batch_size` example indices of update `step`: consecutive slices of a permutation
+    of range(count) drawn anew each epoch from (seed, epoch), so a resumed run draws the same.
+
+    Example:
+      >>> step_indices(0, 0, 4, 10).shape
+      (4,)
+    """
+    epoch, start = divmod(step * batch_size, count)
+    order = np.random.default_rng([seed, epoch]).permutation(count)
+    return np.resize(np.roll(order, -start), batch_size)
+
+
+def write_config(config, workdir: str) -> None:
+    """Creates `workdir` and writes the stage's `config.json` there."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2))
+
+
+def write_summary(workdir: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """Writes `summary.json` (a finished stage: the pipeline skips it); returns `summary`."""
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
