@@ -30,18 +30,24 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from jaxrl_llm.config import base_config
 from jaxrl_llm.data.jsonl import json_objects
 from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.losses.reward_model import step_cross_entropy
-from jaxrl_llm.models.heads import ScalarHeadModel, save_scalar_model
+from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.rewards.process import step_token_ends
 from jaxrl_llm.rewards.refinement import split_steps
 from jaxrl_llm.roles import Learner, make_placement, place_batch
 from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import build_optimizer, load_policy
-from jaxrl_llm.runners.supervised import fit, step_indices, write_config, write_summary
+from jaxrl_llm.runners.supervised import (
+    check_sampled_labels_section,
+    fit_scalar_model,
+    stage_config,
+    step_indices,
+    write_config,
+    write_summary,
+)
 
 LABELS = ("soft", "hard")
 
@@ -66,34 +72,20 @@ def prm_section() -> ml_collections.ConfigDict:
 
 def prm_config() -> ml_collections.ConfigDict:
     """The default process reward-model configuration (SmolLM2-135M-Instruct, chain_sum)."""
-    c = base_config()
-    c.stage = "process_reward_model"
-    c.prm = prm_section()
-    c.train.num_steps = 100
-    c.optimizer.learning_rate = 1e-5
-    c.lock()
-    return c
+    return stage_config("process_reward_model", "prm", prm_section())
 
 
 def validate_prm_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of a process reward-model config."""
     p = config.prm
-    for field in ("num_prompts", "group_size", "rollouts", "max_new_tokens", "batch_size"):
-        if not isinstance(p[field], int) or p[field] < 1:
-            raise ValueError(f"config.prm.{field}={p[field]!r} must be a positive integer.")
+    positive = ("num_prompts", "group_size", "rollouts", "max_new_tokens", "batch_size")
+    check_sampled_labels_section(config, "prm", positive)
     if not isinstance(p.max_length, int) or p.max_length < 2:
         raise ValueError(f"config.prm.max_length={p.max_length!r} must be an integer >= 2.")
     if p.label not in LABELS:
         raise ValueError(f"config.prm.label={p.label!r} must be one of {LABELS}.")
     if not p.marker:
         raise ValueError("config.prm.marker must be a non-empty step separator, e.g. '\\n'.")
-    if not 0 < p.eval_fraction < 1 or not p.temperature > 0:
-        raise ValueError(
-            f"config.prm.eval_fraction={p.eval_fraction} must be in (0, 1) and "
-            f"config.prm.temperature={p.temperature} > 0."
-        )
-    if not isinstance(p.eval_every, int) or p.eval_every < 0:
-        raise ValueError(f"config.prm.eval_every={p.eval_every!r} must be an integer >= 0.")
     if p.steps and not os.path.isfile(p.steps):
         raise ValueError(f"config.prm.steps={p.steps!r} does not exist ('' makes labels).")
     resolve_task(config.task.name, config.task.kwargs.to_dict())
@@ -308,20 +300,15 @@ def train_process_reward_model(config, workdir: str, *, progress: bool = True):
     write_config(config, workdir)
     start_time = time.time()
     run = ProcessRewardModelRun(config, workdir)
-    before, after = fit(
-        run.learner,
-        run.batch,
-        run.evaluate,
-        workdir=workdir,
-        num_steps=config.train.num_steps,
-        checkpoint_every=config.train.checkpoint_every,
+    before, after, directory = fit_scalar_model(
+        run,
+        config,
+        workdir,
+        name="process_reward_model",
         eval_every=config.prm.eval_every,
         desc="PRM",
         progress=progress,
     )
-    nnx.update(run.model, run.learner.params)
-    directory = os.path.join(workdir, "process_reward_model")
-    save_scalar_model(run.model, directory)
     summary = {
         "stage": "process_reward_model",
         "steps": config.train.num_steps,

@@ -31,16 +31,22 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from jaxrl_llm.config import base_config
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
 from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.losses.reward_model import bradley_terry
-from jaxrl_llm.models.heads import ScalarHeadModel, save_scalar_model
+from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.roles import Learner, make_placement, place_batch
 from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import build_optimizer, load_policy
-from jaxrl_llm.runners.supervised import fit, step_indices, write_config, write_summary
+from jaxrl_llm.runners.supervised import (
+    check_sampled_labels_section,
+    fit_scalar_model,
+    stage_config,
+    step_indices,
+    write_config,
+    write_summary,
+)
 
 
 def rm_section() -> ml_collections.ConfigDict:
@@ -60,31 +66,16 @@ def rm_section() -> ml_collections.ConfigDict:
 
 def rm_config() -> ml_collections.ConfigDict:
     """The default outcome reward-model configuration (SmolLM2-135M-Instruct, chain_sum)."""
-    c = base_config()
-    c.stage = "reward_model"
-    c.rm = rm_section()
-    c.train.num_steps = 100
-    c.optimizer.learning_rate = 1e-5
-    c.lock()
-    return c
+    return stage_config("reward_model", "rm", rm_section())
 
 
 def validate_rm_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of a reward-model config, and the fix."""
     r = config.rm
-    for field in ("num_prompts", "group_size", "max_new_tokens", "batch_size", "max_length"):
-        if not isinstance(r[field], int) or r[field] < 1:
-            raise ValueError(f"config.rm.{field}={r[field]!r} must be a positive integer.")
-    if not 0 < r.eval_fraction < 1:
-        raise ValueError(f"config.rm.eval_fraction={r.eval_fraction} must be in (0, 1).")
-    if not r.temperature > 0:
-        raise ValueError(f"config.rm.temperature={r.temperature} must be > 0 (pairs need samples).")
-    if not isinstance(r.eval_every, int) or r.eval_every < 0:
-        raise ValueError(f"config.rm.eval_every={r.eval_every!r} must be an integer >= 0.")
+    positive = ("num_prompts", "group_size", "max_new_tokens", "batch_size", "max_length")
+    check_sampled_labels_section(config, "rm", positive)
     if r.pairs and not os.path.isfile(r.pairs):
         raise ValueError(f"config.rm.pairs={r.pairs!r} does not exist ('' makes pairs).")
-    if not isinstance(config.train.num_steps, int) or config.train.num_steps < 1:
-        raise ValueError(f"config.train.num_steps={config.train.num_steps!r} must be >= 1.")
     resolve_task(config.task.name, config.task.kwargs.to_dict())
 
 
@@ -248,20 +239,15 @@ def train_reward_model(config: ml_collections.ConfigDict, workdir: str, *, progr
     write_config(config, workdir)
     start_time = time.time()
     run = RewardModelRun(config, workdir)
-    before, after = fit(
-        run.learner,
-        run.batch,
-        run.evaluate,
-        workdir=workdir,
-        num_steps=config.train.num_steps,
-        checkpoint_every=config.train.checkpoint_every,
+    before, after, directory = fit_scalar_model(
+        run,
+        config,
+        workdir,
+        name="reward_model",
         eval_every=config.rm.eval_every,
         desc="RM",
         progress=progress,
     )
-    nnx.update(run.model, run.learner.params)
-    directory = os.path.join(workdir, "reward_model")
-    save_scalar_model(run.model, directory)
     summary = {
         "stage": "reward_model",
         "steps": config.train.num_steps,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 import tqdm
 
@@ -97,3 +98,67 @@ def write_summary(workdir: str, summary: dict[str, Any]) -> dict[str, Any]:
     with open(os.path.join(workdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+def fit_scalar_model(
+    run, config, workdir: str, *, name: str, eval_every: int, desc: str, progress: bool
+) -> tuple[dict[str, float], dict[str, float], str]:
+    """`fit` of a reward-model stage's run (its `learner`, `batch`, `evaluate` and
+    `ScalarHeadModel` `model`), then the trained model saved to `<workdir>/<name>`.
+
+    Returns:
+      (evaluation before, evaluation after, the saved model's directory).
+    """
+    from flax import nnx
+
+    from jaxrl_llm.models.heads import save_scalar_model
+
+    before, after = fit(
+        run.learner,
+        run.batch,
+        run.evaluate,
+        workdir=workdir,
+        num_steps=config.train.num_steps,
+        checkpoint_every=config.train.checkpoint_every,
+        eval_every=eval_every,
+        desc=desc,
+        progress=progress,
+    )
+    nnx.update(run.model, run.learner.params)
+    directory = os.path.join(workdir, name)
+    save_scalar_model(run.model, directory)
+    return before, after, directory
+
+
+def stage_config(stage: str, section: str, fields: ml_collections.ConfigDict):
+    """A locked stage config: the base fields, `stage`, and the stage's section `fields`
+    (100 updates at learning rate 1e-5 unless the caller changes them)."""
+    from jaxrl_llm.config import base_config
+
+    c = base_config()
+    c.stage = stage
+    c[section] = fields
+    c.train.num_steps = 100
+    c.optimizer.learning_rate = 1e-5
+    c.lock()
+    return c
+
+
+def check_sampled_labels_section(config, section: str, positive: tuple[str, ...]) -> None:
+    """The checks a reward-model stage's section shares (labels from the policy's samples):
+    the `positive` fields are positive integers, `eval_fraction` in (0, 1), `temperature` > 0,
+    `eval_every` >= 0, `train.num_steps` >= 1. Raises ValueError naming the field."""
+    s = config[section]
+    for field in positive:
+        if not isinstance(s[field], int) or s[field] < 1:
+            raise ValueError(f"config.{section}.{field}={s[field]!r} must be a positive integer.")
+    if not 0 < s.eval_fraction < 1:
+        raise ValueError(f"config.{section}.eval_fraction={s.eval_fraction} must be in (0, 1).")
+    if not s.temperature > 0:
+        raise ValueError(
+            f"config.{section}.temperature={s.temperature} must be > 0 (labels need samples)."
+        )
+    if not isinstance(s.eval_every, int) or s.eval_every < 0:
+        raise ValueError(f"config.{section}.eval_every={s.eval_every!r} must be an integer >= 0.")
+    if not isinstance(config.train.num_steps, int) or config.train.num_steps < 1:
+        raise ValueError(f"config.train.num_steps={config.train.num_steps!r} must be >= 1.")
