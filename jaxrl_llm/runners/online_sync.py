@@ -130,8 +130,9 @@ class Generated(NamedTuple):
       baseline_rewards: float32 [B] greedy-baseline rewards (ReMax), else None.
       work: the rollout's `DecodeWork`.
       seconds: {"rollout": sampling (and baseline) seconds, "reward": scoring seconds}.
-      versions_bt: int32 [B, T] weight version of each completion token (-1 elsewhere) when
-        the weights changed during the rollout (in-flight updates), else None.
+      versions_bt: int32 [B, T] weight version of each completion token (-1 elsewhere) of a
+        rollout with in-flight updates (the weights may change between decode chunks); else
+        None (one version, the batch's).
     """
 
     examples: list
