@@ -96,23 +96,27 @@ class ScalarHeadModel(nnx.Module):
         pad = jnp.zeros((tokens_bt.shape[0], 1), jnp.float32)
         return jnp.concatenate([pad, scores_bt], axis=1)
 
-    def scores_at(self, tokens_bt: Array, index_bs: Array) -> Array:
+    def scores_at(self, tokens_bt: Array, index_bs: Array, *, remat: bool | str = False) -> Array:
         """Scores [B, S] float32 read at the hidden states of tokens `index_bs` (int32 [B, S],
         clipped to [0, T - 1]): the model's score of each prefix ending at those tokens (a
-        process reward model's step scores, at each step's last token)."""
-        hidden_btd, _ = self.trunk.hidden_states(tokens_bt)
+        process reward model's step scores, at each step's last token). `remat`: gradient
+        checkpointing per layer (`Transformer.hidden_states`)."""
+        hidden_btd, _ = self.trunk.hidden_states(tokens_bt, remat=remat)
         index = jnp.clip(index_bs, 0, tokens_bt.shape[1] - 1)
         hidden_bsd = jnp.take_along_axis(hidden_btd, index[:, :, None], axis=1)
         return self._scores(hidden_bsd)
 
-    def sequence_scores(self, tokens_bt: Array, lengths_b: Array) -> Array:
+    def sequence_scores(
+        self, tokens_bt: Array, lengths_b: Array, *, remat: bool | str = False
+    ) -> Array:
         """One score [B] per sequence, read at its last real token (reward-model style).
 
         Args:
           tokens_bt: int32 [B, T], left-aligned sequences padded on the right.
           lengths_b: int32 [B], the number of real tokens of each row (>= 1).
+          remat: gradient checkpointing per layer.
         """
-        return self.scores_at(tokens_bt, (lengths_b - 1)[:, None])[:, 0]
+        return self.scores_at(tokens_bt, (lengths_b - 1)[:, None], remat=remat)[:, 0]
 
 
 _CONFIG_FILE = "model_config.json"

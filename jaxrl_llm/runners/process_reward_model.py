@@ -19,6 +19,7 @@ held-out step accuracy and loss before / during / after; written to
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -199,9 +200,11 @@ class StepBatch(NamedTuple):
     mask: Any
 
 
-def prm_loss(model: ScalarHeadModel, batch: StepBatch):
-    """Per-step cross-entropy of the model's scores at each step's last token."""
-    return step_cross_entropy(model.scores_at(batch.tokens, batch.ends), batch.labels, batch.mask)
+def prm_loss(model: ScalarHeadModel, batch: StepBatch, *, remat: bool | str = False):
+    """Per-step cross-entropy of the model's scores at each step's last token; `remat` is the
+    trunk's gradient checkpointing (`config.train.remat`)."""
+    logits = model.scores_at(batch.tokens, batch.ends, remat=remat)
+    return step_cross_entropy(logits, batch.labels, batch.mask)
 
 
 class ProcessRewardModelRun:
@@ -248,7 +251,8 @@ class ProcessRewardModelRun:
         del policy
         mesh = make_placement(config.placement).train_mesh
         optimizer = build_optimizer(config.optimizer, config.train.num_steps)
-        self.learner = Learner(self.model, optimizer, prm_loss, mesh)
+        loss = functools.partial(prm_loss, remat=config.train.remat)
+        self.learner = Learner(self.model, optimizer, loss, mesh)
         graphdef = self.learner.graphdef
         self._loss_fn = jax.jit(lambda params, b: prm_loss(nnx.merge(graphdef, params), b))
 

@@ -20,6 +20,7 @@ the RL stage takes as `--config.rewards.model=<workdir>/reward_model`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
@@ -147,9 +148,10 @@ def pair_batch(encoded: list[tuple[list[int], list[int], float]], *, width: int,
     return PairBatch(tokens, lengths, margin)
 
 
-def rm_loss(model: ScalarHeadModel, batch: PairBatch):
-    """Bradley-Terry loss of a `PairBatch` (scores at each row's last token)."""
-    scores = model.sequence_scores(batch.tokens, batch.lengths)
+def rm_loss(model: ScalarHeadModel, batch: PairBatch, *, remat: bool | str = False):
+    """Bradley-Terry loss of a `PairBatch` (scores at each row's last token); `remat` is the
+    trunk's gradient checkpointing (`config.train.remat`)."""
+    scores = model.sequence_scores(batch.tokens, batch.lengths, remat=remat)
     half = batch.margin.shape[0]
     return bradley_terry(scores[:half], scores[half:], margin_b=batch.margin)
 
@@ -185,7 +187,8 @@ class RewardModelRun:
         del policy
         mesh = make_placement(config.placement).train_mesh
         optimizer = build_optimizer(config.optimizer, config.train.num_steps)
-        self.learner = Learner(self.model, optimizer, rm_loss, mesh)
+        loss = functools.partial(rm_loss, remat=config.train.remat)
+        self.learner = Learner(self.model, optimizer, loss, mesh)
         graphdef = self.learner.graphdef
         self._score_fn = jax.jit(lambda p, t, n: nnx.merge(graphdef, p).sequence_scores(t, n))
 

@@ -18,6 +18,7 @@ directory, `<workdir>/model`, which the next stage loads with `--config.model.na
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
@@ -145,7 +146,8 @@ class SftRun:
         self.pad_id = self.tokenizer.pad_token_id or 0
         mesh = make_placement(config.placement).train_mesh
         optimizer = build_optimizer(config.optimizer, config.train.num_steps)
-        self.learner = Learner(self.model, optimizer, sft_loss, mesh)
+        loss = functools.partial(sft_loss, remat=config.train.remat)
+        self.learner = Learner(self.model, optimizer, loss, mesh)
         self._eval_fn = jax.jit(
             lambda params, batch: (
                 sft_loss(nnx.merge(self.learner.graphdef, params), batch)[0],

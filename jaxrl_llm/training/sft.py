@@ -129,14 +129,21 @@ def make_sft_batch(
     )
 
 
-def sft_loss(model, batch: SftBatch) -> tuple[Array, dict[str, Array]]:
-    """Mean negative log-likelihood of the response tokens (token-mean over the batch).
+def sft_loss(
+    model, batch: SftBatch, *, remat: bool | str = False
+) -> tuple[Array, dict[str, Array]]:
+    """Mean negative log-likelihood of the response tokens (token-mean over the batch);
+    `remat` is the model's gradient checkpointing (`Transformer.hidden_states`).
 
     Returns:
       `(loss, metrics)`: metrics "tokens" (response tokens in the batch) and "perplexity".
     """
     logp_bt, _ = sequence_logprobs(
-        model, batch.tokens, positions_bt=batch.positions, segment_ids_bt=batch.segment_ids
+        model,
+        batch.tokens,
+        positions_bt=batch.positions,
+        segment_ids_bt=batch.segment_ids,
+        remat=remat,
     )
     mask = batch.loss_mask.astype(jnp.float32)
     tokens = jnp.sum(mask)
