@@ -15,7 +15,7 @@ from jaxrl_llm.models import REMAT_POLICIES, init_model, tiny_config
 from jaxrl_llm.models.layers import decode_attention, dense, grouped_query_attention
 from jaxrl_llm.models.transformer import remat_policy
 from jaxrl_llm.rollout import GenerationConfig, Generator
-from jaxrl_llm.rollout.engine import _generate_padded
+from jaxrl_llm.rollout.engine import PaddedInputs, _generate_padded
 
 RNG = np.random.default_rng(0)
 
@@ -147,23 +147,24 @@ def test_decode_loop_copies_no_weight_and_no_cache():
     batch, prompt, new = 16, 16, 8
     stages = (16, 8)  # compaction: a second loop at half the batch
     generator = Generator(model, GenerationConfig(max_new_tokens=new, eos_ids=()))
-    static = generator._program_options(stages, copies_rows=False)
+    static = generator.program_options(stages, copies_rows=False)
     prompt_bt = jnp.ones((batch, prompt), jnp.int32)
     lengths_b = jnp.full((batch,), 5, jnp.int32)
-    args = (
-        state,
-        prompt_bt,
-        jnp.zeros((0,), jnp.int32),  # no shared prefix
-        prompt_bt,
-        lengths_b,
-        jnp.arange(batch, dtype=jnp.int32),
-        jnp.ones((batch,), bool),
-        generator._row_options(lengths_b, batch, 0, None),
-        jnp.asarray([-1], jnp.int32),
-        jnp.full((1, 1), -1, jnp.int32),
+    inputs = PaddedInputs(
+        prompt_bt=prompt_bt,
+        prefix_l=jnp.zeros((0,), jnp.int32),  # no shared prefix
+        suffix_us=prompt_bt,
+        suffix_len_u=lengths_b,
+        source_b=jnp.arange(batch, dtype=jnp.int32),
+        active_b=jnp.ones((batch,), bool),
+        options=generator._row_options(lengths_b, batch, 0, None),
+        eos_ids_e=jnp.asarray([-1], jnp.int32),
+        stop_sw=jnp.full((1, 1), -1, jnp.int32),
     )
     hlo = (
-        _generate_padded.lower(*args, graphdef=graphdef, static=static, cache_shardings=None)
+        _generate_padded.lower(
+            state, inputs, graphdef=graphdef, static=static, cache_shardings=None
+        )
         .compile()
         .as_text()
     )

@@ -13,6 +13,7 @@ from tests.run_helpers import ROOT
 PIPELINE_TINY = os.path.join(ROOT, "experiments", "configs", "pipeline_tiny.py")
 
 
+@pytest.mark.slow  # three stages end to end; each stage has its own default-run test
 def test_the_pipeline_chains_its_stages_and_resumes_at_the_unfinished_one(tmp_path, text_reward):
     config = load_config(PIPELINE_TINY)
     summaries = run_stage(config, str(tmp_path), progress=False)

@@ -118,6 +118,7 @@ def test_both_processes_killed_then_resumed_reproduce_the_run(tmp_path):
     assert_same_steps(run, reference, STEPS)
 
 
+@pytest.mark.slow  # the default run covers two processes with the reproduction test
 def test_in_flight_updates_across_two_processes_respect_the_bound(tmp_path):
     _run(
         tmp_path,
@@ -134,6 +135,7 @@ def test_in_flight_updates_across_two_processes_respect_the_bound(tmp_path):
     assert summary["async"]["inflight_updates"] is True
 
 
+@pytest.mark.slow
 def test_a_failing_generator_process_stops_the_learner_with_its_error(tmp_path):
     out = _run(tmp_path, processes=2, env={"FAIL_GENERATOR_AT": "2"}, ok=False)
     assert "generator broke at step 2" in out.stderr
