@@ -59,13 +59,16 @@ def _as_text(value: Any, *, key: str, where: str) -> str:
     )
 
 
-def json_objects(path: str | os.PathLike, *, what: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, object) for every non-blank line of a JSONL file; `where` is "<path>, line N",
-    for the caller's own field errors.
+def json_objects(
+    path: str | os.PathLike, *, what: str
+) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, where, object) for every non-blank line of a JSONL file; `where` is
+    "<path>:<line number>", for the caller's own field errors.
 
     Raises:
       FileNotFoundError: no file at `path` (the message names `what` it should hold).
-      ValueError: a line that is not valid JSON or not an object, or a file without any line.
+      ValueError: a line that is not valid JSON or not an object (the message gives the file
+        and the line), or a file without any line.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -75,19 +78,17 @@ def json_objects(path: str | os.PathLike, *, what: str) -> Iterator[tuple[str, d
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            where = f"{path}, line {number}"
+            where = f"{path}:{number}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg}).") from None
+                raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno}).") from e
             if not isinstance(obj, dict):
-                raise ValueError(
-                    f"{where}: a line must be a JSON object, got {type(obj).__name__}."
-                )
+                raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}.")
             count += 1
-            yield where, obj
+            yield number, where, obj
     if not count:
-        raise ValueError(f"{path}: no {what} (the file is empty).")
+        raise ValueError(f"{path} holds no {what}.")
 
 
 def read_prompt_jsonl(
@@ -104,32 +105,17 @@ def read_prompt_jsonl(
       >>> read_prompt_jsonl("gsm8k.jsonl")[0]
       JsonlRecord(line_number=1, question='Tom has ...', answer='18', raw={'question': ..., ...})
     """
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"JSONL prompt file not found: {path!r}")
     records = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno}).") from e
-            if not isinstance(raw, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(raw).__name__}.")
-            for key in (question_key, answer_key):
-                if key not in raw:
-                    raise ValueError(
-                        f"{where}: missing key {key!r}; the line has keys {sorted(raw)}. "
-                        "Pass question_key= / answer_key= to read other field names."
-                    )
-            question = _as_text(raw[question_key], key=question_key, where=where)
-            answer = final_answer(_as_text(raw[answer_key], key=answer_key, where=where))
-            records.append(JsonlRecord(line_number, question, answer, raw))
-    if not records:
-        raise ValueError(f"JSONL prompt file {path!r} holds no examples.")
+    for line_number, where, raw in json_objects(path, what="examples"):
+        for key in (question_key, answer_key):
+            if key not in raw:
+                raise ValueError(
+                    f"{where}: missing key {key!r}; the line has keys {sorted(raw)}. "
+                    "Pass question_key= / answer_key= to read other field names."
+                )
+        question = _as_text(raw[question_key], key=question_key, where=where)
+        answer = final_answer(_as_text(raw[answer_key], key=answer_key, where=where))
+        records.append(JsonlRecord(line_number, question, answer, raw))
     return records
 
 

@@ -71,7 +71,7 @@ def read_pairs_jsonl(path: str) -> list[Pair]:
       ValueError: naming the file, the line and the field of the first bad line (invalid JSON, a
         missing field, a non-string text, an empty response, a bad margin), or an empty file.
     """
-    return [_pair_of(obj, where) for where, obj in json_objects(path, what="pairs")]
+    return [_pair_of(obj, where) for _, where, obj in json_objects(path, what="pairs")]
 
 
 def write_pairs_jsonl(path: str, pairs: Iterable[Pair]) -> int:

@@ -39,7 +39,7 @@ def read_sft_jsonl(
         object, a missing or non-string field, an empty response), or an empty file.
     """
     records = []
-    for where, obj in json_objects(path, what="SFT records"):
+    for _, where, obj in json_objects(path, what="SFT records"):
         texts = []
         for key in (prompt_key, response_key):
             if key not in obj:

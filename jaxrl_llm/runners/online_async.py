@@ -130,7 +130,7 @@ class AsyncRun(OnlineRun):
                 at_least = (
                     behaviour_version(step, k, n) if self.deterministic else oldest_allowed(step, k)
                 )
-                pulled_before = getattr(self.pipeline, "pull_seconds", 0.0)
+                pulled_before = self.pipeline.pull_seconds
                 version, params, waited = self.pipeline.weights(
                     at_least=at_least, exact=self.deterministic
                 )
@@ -143,7 +143,7 @@ class AsyncRun(OnlineRun):
                     versions_b = np.where(mask, generated.versions_bt, step).min(axis=1)
                     version = int(versions_b.min())
                 data_after = self.parts.batcher.state()
-                pull_s = getattr(self.pipeline, "pull_seconds", 0.0) - pulled_before
+                pull_s = self.pipeline.pull_seconds - pulled_before
                 self.pipeline.put(
                     GeneratedBatch(step, version, versions_b, generated, data_after, waited, pull_s)
                 )

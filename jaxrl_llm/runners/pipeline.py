@@ -69,6 +69,7 @@ class Pipeline:
         self._error: BaseException | None = None
         self._failed_side: str | None = None
         self._closed = False
+        self.pull_seconds = 0.0  # weights never leave the process (see `RemotePipeline`)
 
     # -- waiting --------------------------------------------------------------------------------
     def _wait(self, ready: Callable[[], bool], what: str, waiter: str, other: str) -> float:

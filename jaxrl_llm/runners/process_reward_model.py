@@ -108,7 +108,7 @@ def read_step_labels(path: str, marker: str = "\n") -> list[StepLabels]:
       ValueError: naming the file, line and field of the first bad line.
     """
     out = []
-    for where, obj in json_objects(path, what="labelled completions"):
+    for _, where, obj in json_objects(path, what="labelled completions"):
         for key, kind in (("prompt", str), ("completion", str), ("labels", list)):
             if not isinstance(obj.get(key), kind):
                 raise ValueError(f"{where}: field {key!r} must be a {kind.__name__}.")

@@ -27,13 +27,13 @@ def test_round_trip_keeps_margin_and_metadata(tmp_path):
 @pytest.mark.parametrize(
     "line, message",
     [
-        (json.dumps({"prompt": "q", "chosen": "a"}), "line 2: field 'rejected' is missing"),
+        (json.dumps({"prompt": "q", "chosen": "a"}), r"\.jsonl:2: field 'rejected' is missing"),
         (json.dumps({"prompt": "q", "chosen": "a", "rejected": "  "}), "'rejected' is an empty"),
         (json.dumps({"prompt": "q", "chosen": 3, "rejected": "b"}), "'chosen' must be a string"),
         (json.dumps({"prompt": "q", "chosen": "a", "rejected": "b", "margin": "1"}), "'margin'"),
         (json.dumps({"prompt": "q", "chosen": "a", "rejected": "b", "margin": -1}), ">= 0"),
-        (json.dumps(["q", "a", "b"]), "must be a JSON object"),
-        ('{"prompt": "q", "chosen": ', "line 2: not valid JSON"),
+        (json.dumps(["q", "a", "b"]), "expected a JSON object, got list"),
+        ('{"prompt": "q", "chosen": ', r"\.jsonl:2: not valid JSON"),
     ],
 )
 def test_a_bad_line_is_named(tmp_path, line, message):
@@ -41,11 +41,11 @@ def test_a_bad_line_is_named(tmp_path, line, message):
     path = _write(tmp_path / "pairs.jsonl", good, line)
     with pytest.raises(ValueError, match=message) as error:
         read_pairs_jsonl(path)
-    assert f"{path}, line 2:" in str(error.value)
+    assert f"{path}:2:" in str(error.value)
 
 
 def test_missing_and_empty_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_pairs_jsonl(str(tmp_path / "none.jsonl"))
-    with pytest.raises(ValueError, match="no pairs"):
+    with pytest.raises(ValueError, match="holds no pairs"):
         read_pairs_jsonl(_write(tmp_path / "empty.jsonl", ""))

@@ -58,10 +58,14 @@ def test_a_bad_step_label_file_names_the_line(tmp_path):
     path = tmp_path / "steps.jsonl"
     good = {"prompt": "p", "completion": "a\nb", "labels": [1.0, 0.5]}
     path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "labels": [1.0]}) + "\n")
-    with pytest.raises(ValueError, match="line 2: field 'labels' has 1 labels for 2 steps"):
+    with pytest.raises(
+        ValueError, match=r"steps\.jsonl:2: field 'labels' has 1 labels for 2 steps"
+    ):
         read_step_labels(str(path))
     path.write_text(json.dumps({**good, "labels": [1.0, 2.0]}) + "\n")
-    with pytest.raises(ValueError, match=r"line 1: field 'labels' must hold numbers in \[0, 1\]"):
+    with pytest.raises(
+        ValueError, match=r"steps\.jsonl:1: field 'labels' must hold numbers in \[0, 1\]"
+    ):
         read_step_labels(str(path))
 
 

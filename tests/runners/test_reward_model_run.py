@@ -61,7 +61,7 @@ def test_a_bad_pair_file_names_the_line_and_field(tmp_path):
         + "\n"
     )
     config = load_config(RM_TINY, {"rm.pairs": str(path)})
-    with pytest.raises(ValueError, match=r"line 2: field 'rejected' is missing"):
+    with pytest.raises(ValueError, match=r"pairs\.jsonl:2: field 'rejected' is missing"):
         run_stage(config, str(tmp_path / "rm"), progress=False)
 
 

@@ -97,10 +97,10 @@ def test_records_from_examples_and_the_jsonl_reader(tmp_path):
     path.write_text(
         json.dumps({"prompt": "q", "response": "r"}) + "\n\n" + json.dumps({"prompt": "q"}) + "\n"
     )
-    with pytest.raises(ValueError, match=r"line 3: field 'response' is missing"):
+    with pytest.raises(ValueError, match=r"sft\.jsonl:3: field 'response' is missing"):
         read_sft_jsonl(str(path))
     path.write_text(json.dumps({"prompt": "q", "response": " "}) + "\n")
-    with pytest.raises(ValueError, match="line 1: field 'response' is an empty response"):
+    with pytest.raises(ValueError, match=r"sft\.jsonl:1: field 'response' is an empty response"):
         read_sft_jsonl(str(path))
     path.write_text(json.dumps({"prompt": "q", "response": "r"}) + "\n")
     assert read_sft_jsonl(str(path)) == [SftRecord("q", "r")]
