@@ -551,12 +551,15 @@ def train(
             record = run.step(step)
             budget = config.train.max_time_s
             out_of_time = bool(budget) and time.time() - train_start > budget
-            record.last = record.last or out_of_time or bool(stop.requested)
+            # read once: a signal that lands while the hooks run (after the checkpoint hook
+            # decided not to save) stops the run after the next step, which is then saved
+            stopping = stop.requested
+            record.last = record.last or out_of_time or bool(stopping)
             for hook in hooks:
                 hook.on_step(run, record)
-            if stop.requested:
-                print(f"[jaxrl_llm] {stop.requested} received: step {step + 1} saved, stopping")
-                run.summary["stopped_by"] = stop.requested
+            if stopping:
+                print(f"[jaxrl_llm] {stopping} received: step {step + 1} saved, stopping")
+                run.summary["stopped_by"] = stopping
                 break
             if out_of_time:
                 print(

@@ -21,7 +21,7 @@ from jaxrl_llm.checkpoint import CheckpointSaveError
 from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.rewards import RewardRunner
-from jaxrl_llm.runners import components, train
+from jaxrl_llm.runners import components, hooks, train
 from tests.run_helpers import assert_same_steps, rows_by_step, start_main, wait_for_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -194,6 +194,24 @@ def _cli(workdir, *extra, script=None):
         *extra,
         script=script,
     )
+
+
+def test_sigterm_between_the_checkpoint_and_the_step_end_saves_the_next_step(tmp_path):
+    """A signal that lands after the checkpoint hook of step 1 decided not to save (here: from
+    the metrics hook) must not end the run unsaved: it stops after step 2, which is saved."""
+    config = _config("experiments/configs/grpo_tiny.py", **{"train.checkpoint_every": 100})
+
+    class SignalAfterStepOne(hooks.Hook):
+        def on_step(self, run, record):
+            if record.step == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    run_hooks = hooks.default_hooks(config, str(tmp_path), desc="GRPO", progress=False)
+    run_hooks.insert(1, SignalAfterStepOne())  # after the checkpoint hook
+    summary = train(config, str(tmp_path), progress=False, hooks=run_hooks)
+    assert summary["stopped_by"] == "SIGTERM" and summary["steps"] == 2
+    saved = sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
+    assert saved == [2] and len(rows_by_step(tmp_path)) == 2
 
 
 def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path, uninterrupted):
