@@ -44,6 +44,8 @@ from jaxrl_llm.runners.components import build_optimizer, load_policy
 from jaxrl_llm.runners.supervised import (
     check_sampled_labels_section,
     fit_scalar_model,
+    padded_width,
+    split_by_group,
     stage_config,
     step_indices,
     write_config,
@@ -222,27 +224,30 @@ class ProcessRewardModelRun:
                 f"{self.label_stats['completions']} completions labelled "
                 f"({self.label_stats['continuations']} continuations), written to {path}"
             )
-        encoded, dropped = [], 0
+        encoded, prompts, dropped = [], [], 0
         for item in read_step_labels(path, p.marker):
             ids, ends = step_token_ends(self.tokenizer, item.prompt, item.completion, p.marker)
             if len(ids) > p.max_length:
                 dropped += 1
                 continue
             encoded.append((ids, ends, item.labels))
-        if len(encoded) < 2:
+            prompts.append(item.prompt)
+        if len(set(prompts)) < 2:
             raise ValueError(
-                f"{path}: {len(encoded)} usable completions ({dropped} longer than "
-                f"config.prm.max_length={p.max_length}); sample more (config.prm.num_prompts)."
+                f"{path}: usable completions of {len(set(prompts))} prompt(s) ({dropped} longer "
+                f"than config.prm.max_length={p.max_length}); one prompt's are held out, so at "
+                "least two are needed: sample more (config.prm.num_prompts)."
             )
-        order = np.random.default_rng(config.seed).permutation(len(encoded))
-        held = max(1, int(round(p.eval_fraction * len(encoded))))
-        self.eval_items = [encoded[i] for i in order[:held]]
-        self.train_items = [encoded[i] for i in order[held:]]
+        # held out by prompt: completions of one prompt never sit on both sides
+        held, train = split_by_group(prompts, p.eval_fraction, config.seed)
+        self.eval_items = [encoded[i] for i in held]
+        self.train_items = [encoded[i] for i in train]
+        self.width = padded_width([len(ids) for ids, _, _ in encoded], limit=p.max_length)
         self.max_steps = max(4, 1 << (max(len(e) for _, e, _ in encoded) - 1).bit_length())
         positive = np.mean([x >= 0.5 for _, _, labels in encoded for x in labels])
         self.label_stats.update(
             train=len(self.train_items),
-            held_out=held,
+            held_out=len(held),
             dropped=dropped,
             positive_step_fraction=float(positive),
         )
@@ -257,7 +262,7 @@ class ProcessRewardModelRun:
         self._loss_fn = jax.jit(lambda params, b: prm_loss(nnx.merge(graphdef, params), b))
 
     def step_batch(self, items) -> StepBatch:
-        n, width, most = len(items), self.config.prm.max_length, self.max_steps
+        n, width, most = len(items), self.width, self.max_steps
         tokens = np.full((n, width), self.pad_id, np.int32)
         ends = np.zeros((n, most), np.int32)
         labels = np.zeros((n, most), np.float32)

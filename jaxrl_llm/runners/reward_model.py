@@ -43,6 +43,8 @@ from jaxrl_llm.runners.components import build_optimizer, load_policy
 from jaxrl_llm.runners.supervised import (
     check_sampled_labels_section,
     fit_scalar_model,
+    padded_width,
+    split_by_group,
     stage_config,
     step_indices,
     write_config,
@@ -56,6 +58,7 @@ def rm_section() -> ml_collections.ConfigDict:
     c.pairs = ""  # a pair JSONL; "" makes pairs from the policy's samples (<workdir>/pairs.jsonl)
     c.num_prompts = 256  # task prompts sampled to make pairs
     c.group_size = 8  # completions per prompt
+    c.pairs_per_prompt = 4  # distinct (correct, incorrect) pairs kept per prompt (InstructGPT: all)
     c.temperature = 1.0
     c.max_new_tokens = 64
     c.batch_size = 8  # pairs per optimizer update
@@ -73,7 +76,14 @@ def rm_config() -> ml_collections.ConfigDict:
 def validate_rm_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of a reward-model config, and the fix."""
     r = config.rm
-    positive = ("num_prompts", "group_size", "max_new_tokens", "batch_size", "max_length")
+    positive = (
+        "num_prompts",
+        "group_size",
+        "pairs_per_prompt",
+        "max_new_tokens",
+        "batch_size",
+        "max_length",
+    )
     check_sampled_labels_section(config, "rm", positive)
     if r.pairs and not os.path.isfile(r.pairs):
         raise ValueError(f"config.rm.pairs={r.pairs!r} does not exist ('' makes pairs).")
@@ -112,17 +122,34 @@ def make_pairs(config, policy, tokenizer, path: str) -> dict[str, float]:
             rows = slice(j * r.group_size, (j + 1) * r.group_size)
             group_scores, group_completions = scores[rows], completions[rows]
             correct_fraction.append(float(np.mean(group_scores >= 1.0)))
-            right = [c for c, s in zip(group_completions, group_scores, strict=True) if s >= 1.0]
-            wrong = [c for c, s in zip(group_completions, group_scores, strict=True) if s <= 0.0]
-            if right and wrong and right[0].strip() and wrong[0].strip():
-                meta = {"task": examples[i].source, "answer": examples[i].answer}
-                pairs.append(Pair(texts[i], right[0], wrong[0], meta=meta))
+            scored = list(zip(group_completions, group_scores, strict=True))
+            right = _distinct(c for c, s in scored if s >= 1.0)
+            wrong = _distinct(c for c, s in scored if s <= 0.0)
+            meta = {"task": examples[i].source, "answer": examples[i].answer}
+            for a, b in spread_pairs(len(right), len(wrong), r.pairs_per_prompt):
+                pairs.append(Pair(texts[i], right[a], wrong[b], meta=dict(meta)))
     write_pairs_jsonl(path, pairs)
     return {
         "prompts": len(examples),
         "pairs": len(pairs),
         "sample_accuracy": float(np.mean(correct_fraction)) if correct_fraction else 0.0,
     }
+
+
+def _distinct(completions) -> list[str]:
+    """The non-empty completions, each text once, in their order."""
+    return list(dict.fromkeys(c for c in completions if c.strip()))
+
+
+def spread_pairs(rights: int, wrongs: int, most: int) -> list[tuple[int, int]]:
+    """Up to `most` (right, wrong) index pairs, spread over both lists before any repeats.
+
+    Example:
+      >>> spread_pairs(2, 3, 4)
+      [(0, 0), (0, 1), (1, 0), (1, 1)]
+    """
+    combos = itertools.product(range(rights), range(wrongs))
+    return sorted(combos, key=lambda ij: (max(ij), ij))[:most]
 
 
 class PairBatch(NamedTuple):
@@ -170,18 +197,28 @@ class RewardModelRun:
                 f"[jaxrl_llm] {self.pair_stats['pairs']} pairs from "
                 f"{self.pair_stats['prompts']} prompts written to {path}"
             )
-        encoded, dropped = self._encode(read_pairs_jsonl(path))
-        if len(encoded) < 2:
+        pairs = read_pairs_jsonl(path)
+        encoded, prompts, dropped = self._encode(pairs)
+        if len(set(prompts)) < 2:
             raise ValueError(
-                f"{path}: {len(encoded)} usable pairs ({dropped} longer than "
-                f"config.rm.max_length={r.max_length}); a reward model needs more. Sample more "
-                "prompts (config.rm.num_prompts) or give a pair file (config.rm.pairs)."
+                f"{path}: usable pairs of {len(set(prompts))} prompt(s) ({dropped} pairs longer "
+                f"than config.rm.max_length={r.max_length}); a reward model needs pairs of at "
+                "least two prompts (one is held out). Sample more prompts (config.rm.num_prompts) "
+                "or give a pair file (config.rm.pairs)."
             )
-        order = np.random.default_rng(config.seed).permutation(len(encoded))
-        held = max(1, int(round(r.eval_fraction * len(encoded))))
-        self.eval_pairs = [encoded[i] for i in order[:held]]
-        self.train_pairs = [encoded[i] for i in order[held:]]
-        self.pair_stats.update(train_pairs=len(self.train_pairs), eval_pairs=held, dropped=dropped)
+        # held out by prompt: pairs of one prompt never sit on both sides
+        held, train = split_by_group(prompts, r.eval_fraction, config.seed)
+        self.eval_pairs = [encoded[i] for i in held]
+        self.train_pairs = [encoded[i] for i in train]
+        self.width = padded_width(
+            [len(ids) for pair in encoded for ids in pair[:2]], limit=r.max_length
+        )
+        self.pair_stats.update(
+            train_pairs=len(train),
+            eval_pairs=len(held),
+            eval_prompts=len(set(prompts[i] for i in held)),
+            dropped=dropped,
+        )
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.model = ScalarHeadModel.from_policy(policy, seed=config.seed, head_init="normal")
         del policy
@@ -193,7 +230,8 @@ class RewardModelRun:
         self._score_fn = jax.jit(lambda p, t, n: nnx.merge(graphdef, p).sequence_scores(t, n))
 
     def _encode(self, pairs: list[Pair]):
-        encoded, dropped = [], 0
+        """(encoded (chosen ids, rejected ids, margin), their prompts, pairs dropped as long)."""
+        encoded, prompts, dropped = [], [], 0
         for pair in pairs:
             chosen = self.tokenizer.encode(pair.prompt + pair.chosen)
             rejected = self.tokenizer.encode(pair.prompt + pair.rejected)
@@ -201,14 +239,15 @@ class RewardModelRun:
                 dropped += 1
                 continue
             encoded.append((chosen, rejected, pair.margin))
-        return encoded, dropped
+            prompts.append(pair.prompt)
+        return encoded, prompts, dropped
 
     def batch(self, step: int):
         """Step `step`'s pairs (epochs of a seeded permutation), placed."""
         size = self.config.rm.batch_size
         indices = step_indices(self.config.seed, step, size, len(self.train_pairs))
         chosen = [self.train_pairs[i] for i in indices]
-        batch = pair_batch(chosen, width=self.config.rm.max_length, pad_id=self.pad_id)
+        batch = pair_batch(chosen, width=self.width, pad_id=self.pad_id)
         return place_batch(batch, self.learner.mesh, self.learner.rules)
 
     def evaluate(self, when: str) -> dict[str, float]:
@@ -219,7 +258,7 @@ class RewardModelRun:
             chunk = self.eval_pairs[start : start + size]
             real = len(chunk)
             chunk = chunk + [chunk[0]] * (size - real)  # one compiled shape
-            batch = pair_batch(chunk, width=self.config.rm.max_length, pad_id=self.pad_id)
+            batch = pair_batch(chunk, width=self.width, pad_id=self.pad_id)
             scores = self._scores(batch)
             chosen, rejected = scores[:size][:real], scores[size:][:real]
             accuracies.append(float(np.mean(np.where(chosen == rejected, 0.5, chosen > rejected))))

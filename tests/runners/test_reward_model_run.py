@@ -3,6 +3,7 @@ reward model that learns a preference from a pair file, and errors naming a bad 
 
 import json
 import os
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ from jaxrl_llm.config import load_config
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
 from jaxrl_llm.models.heads import load_scalar_model
 from jaxrl_llm.runners import run_stage
+from jaxrl_llm.runners.reward_model import spread_pairs
+from jaxrl_llm.runners.supervised import padded_width, split_by_group
 from tests.run_helpers import ROOT
 
 RM_TINY = os.path.join(ROOT, "experiments", "configs", "rm_tiny.py")
@@ -42,7 +45,8 @@ def test_the_reward_model_learns_a_preference_and_is_saved(tmp_path):
 
 def test_pairs_are_made_from_the_policys_samples(tmp_path, text_reward):
     """With the tests' odd-length reward, some samples of a prompt "succeed" and some do not:
-    each such prompt gives one pair, correct completion first."""
+    each such prompt gives up to `pairs_per_prompt` distinct pairs, correct completion first;
+    the held-out pairs' prompts are not among the training pairs' prompts."""
     config = load_config(RM_TINY, {"train.num_steps": 2, "rm.num_prompts": 8})
     summary = run_stage(config, str(tmp_path), progress=False)
     pairs = read_pairs_jsonl(str(tmp_path / "pairs.jsonl"))
@@ -50,6 +54,28 @@ def test_pairs_are_made_from_the_policys_samples(tmp_path, text_reward):
     for pair in pairs:
         assert len(pair.chosen) % 2 == 1 and len(pair.rejected) % 2 == 0
         assert pair.prompt.startswith("<|im_start|>") and pair.meta["task"]
+    per_prompt = Counter(pair.prompt for pair in pairs)
+    assert max(per_prompt.values()) <= config.rm.pairs_per_prompt
+    assert max(per_prompt.values()) > 1  # several samples right and wrong: several pairs
+    assert len({(p.prompt, p.chosen, p.rejected) for p in pairs}) == len(pairs)
+    assert summary["pairs"]["eval_prompts"] >= 1
+    assert summary["pairs"]["eval_pairs"] + summary["pairs"]["train_pairs"] == len(pairs)
+
+
+def test_held_out_split_keeps_each_prompt_on_one_side():
+    prompts = ["a", "b", "a", "c", "b", "d", "a", "e"]
+    held, train = split_by_group(prompts, 0.4, seed=0)
+    assert sorted(held + train) == list(range(len(prompts)))
+    assert not {prompts[i] for i in held} & {prompts[i] for i in train}
+    assert len({prompts[i] for i in held}) == 2  # 40% of 5 distinct prompts
+
+
+def test_pairs_spread_over_both_lists_and_rows_pad_to_the_longest():
+    assert spread_pairs(1, 3, 4) == [(0, 0), (0, 1), (0, 2)]
+    assert spread_pairs(3, 3, 3) == [(0, 0), (0, 1), (1, 0)]
+    assert spread_pairs(0, 3, 4) == []
+    assert padded_width([17, 3], limit=256) == 32
+    assert padded_width([300], limit=256) == 256
 
 
 def test_a_bad_pair_file_names_the_line_and_field(tmp_path):
