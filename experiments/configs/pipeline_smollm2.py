@@ -3,7 +3,9 @@ command (each stage's output feeds the next; rerunning resumes at the unfinished
     python -m jaxrl_llm.main --config experiments/configs/pipeline_smollm2.py --workdir runs/pipe
 Stages: experiments/configs/sft_smollm2.py, rm_smollm2.py and ppo_smollm2.py, with the RL
 reward the reward model's score alone (rewards.task_weight = 0): `reward/accuracy` is still the
-verifier's, so reward hacking shows as reward up while accuracy falls."""
+verifier's, so reward hacking shows as reward up while accuracy falls. Measured (docs/pipeline.md):
+against an RM of 66.7% held-out pairwise accuracy, PPO took held-out accuracy from 71.0% to 5.0%
+in 20 steps; add --config.rl.rewards.task_weight=1.0 to keep the verifier in the reward."""
 
 import os
 
