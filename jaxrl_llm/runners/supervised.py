@@ -100,13 +100,14 @@ def padded_width(lengths, *, limit: int, multiple: int = 16) -> int:
 
 def split_by_group(groups: list, fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Indices (held out, training) of items whose `groups` keys (e.g. prompt texts) are split
-    so that no key has items on both sides: about `fraction` of the distinct keys, at least one,
-    are held out, chosen by a permutation seeded with `seed`. Several pairs (or completions) of
+    so that no key has items on both sides: about `fraction` of the distinct keys, at least one
+    and (given two keys) at most all but one, are held out, chosen by a permutation seeded with `seed`. Several pairs (or completions) of
     one prompt, or a prompt the task repeats, thus never leak from training into the held-out
     figure."""
     keys = list(dict.fromkeys(groups))
     order = np.random.default_rng(seed).permutation(len(keys))
-    held_keys = {keys[i] for i in order[: max(1, int(round(fraction * len(keys))))]}
+    count = min(max(1, int(round(fraction * len(keys)))), max(1, len(keys) - 1))  # both sides
+    held_keys = {keys[i] for i in order[:count]}
     held = [i for i, g in enumerate(groups) if g in held_keys]
     train = [i for i, g in enumerate(groups) if g not in held_keys]
     return held, train

@@ -68,6 +68,9 @@ def test_held_out_split_keeps_each_prompt_on_one_side():
     assert sorted(held + train) == list(range(len(prompts)))
     assert not {prompts[i] for i in held} & {prompts[i] for i in train}
     assert len({prompts[i] for i in held}) == 2  # 40% of 5 distinct prompts
+    few = ["a", "b", "a"]
+    held, train = split_by_group(few, 0.9, seed=0)  # 90% of 2 keys: still one for training
+    assert len({few[i] for i in held}) == 1 and len({few[i] for i in train}) == 1
 
 
 def test_pairs_spread_over_both_lists_and_rows_pad_to_the_longest():
