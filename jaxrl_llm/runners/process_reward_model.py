@@ -19,7 +19,6 @@ held-out step accuracy and loss before / during / after; written to
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
@@ -37,14 +36,15 @@ from jaxrl_llm.losses.reward_model import step_cross_entropy
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.rewards.process import step_token_ends
 from jaxrl_llm.rewards.refinement import split_steps
-from jaxrl_llm.roles import Learner, make_placement, place_batch
+from jaxrl_llm.roles import place_batch
 from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 from jaxrl_llm.runners import components
-from jaxrl_llm.runners.components import build_optimizer, load_policy
+from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.supervised import (
     check_sampled_labels_section,
     fit_scalar_model,
     padded_width,
+    scalar_head_learner,
     split_by_group,
     stage_config,
     step_indices,
@@ -252,12 +252,8 @@ class ProcessRewardModelRun:
             positive_step_fraction=float(positive),
         )
         self.pad_id = self.tokenizer.pad_token_id or 0
-        self.model = ScalarHeadModel.from_policy(policy, seed=config.seed, head_init="normal")
+        self.model, self.learner = scalar_head_learner(policy, config, prm_loss)
         del policy
-        mesh = make_placement(config.placement).train_mesh
-        optimizer = build_optimizer(config.optimizer, config.train.num_steps)
-        loss = functools.partial(prm_loss, remat=config.train.remat)
-        self.learner = Learner(self.model, optimizer, loss, mesh)
         graphdef = self.learner.graphdef
         self._loss_fn = jax.jit(lambda params, b: prm_loss(nnx.merge(graphdef, params), b))
 

@@ -20,7 +20,6 @@ the RL stage takes as `--config.rewards.model=<workdir>/reward_model`.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import time
@@ -36,14 +35,15 @@ from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
 from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.losses.reward_model import bradley_terry
 from jaxrl_llm.models.heads import ScalarHeadModel
-from jaxrl_llm.roles import Learner, make_placement, place_batch
+from jaxrl_llm.roles import place_batch
 from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 from jaxrl_llm.runners import components
-from jaxrl_llm.runners.components import build_optimizer, load_policy
+from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.supervised import (
     check_sampled_labels_section,
     fit_scalar_model,
     padded_width,
+    scalar_head_learner,
     split_by_group,
     stage_config,
     step_indices,
@@ -220,12 +220,8 @@ class RewardModelRun:
             dropped=dropped,
         )
         self.pad_id = self.tokenizer.pad_token_id or 0
-        self.model = ScalarHeadModel.from_policy(policy, seed=config.seed, head_init="normal")
+        self.model, self.learner = scalar_head_learner(policy, config, rm_loss)
         del policy
-        mesh = make_placement(config.placement).train_mesh
-        optimizer = build_optimizer(config.optimizer, config.train.num_steps)
-        loss = functools.partial(rm_loss, remat=config.train.remat)
-        self.learner = Learner(self.model, optimizer, loss, mesh)
         graphdef = self.learner.graphdef
         self._score_fn = jax.jit(lambda p, t, n: nnx.merge(graphdef, p).sequence_scores(t, n))
 

@@ -100,10 +100,10 @@ def padded_width(lengths, *, limit: int, multiple: int = 16) -> int:
 
 def split_by_group(groups: list, fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Indices (held out, training) of items whose `groups` keys (e.g. prompt texts) are split
-    so that no key has items on both sides: about `fraction` of the distinct keys, at least one
-    and (given two keys) at most all but one, are held out, chosen by a permutation seeded with `seed`. Several pairs (or completions) of
-    one prompt, or a prompt the task repeats, thus never leak from training into the held-out
-    figure."""
+    so that no key has items on both sides: about `fraction` of the distinct keys, at least
+    one and (given two keys) at most all but one, are held out, chosen by a permutation seeded
+    with `seed`. Several pairs (or completions) of one prompt, or a prompt the task repeats,
+    thus never leak from training into the held-out figure."""
     keys = list(dict.fromkeys(groups))
     order = np.random.default_rng(seed).permutation(len(keys))
     count = min(max(1, int(round(fraction * len(keys)))), max(1, len(keys) - 1))  # both sides
@@ -125,6 +125,27 @@ def write_summary(workdir: str, summary: dict[str, Any]) -> dict[str, Any]:
     with open(os.path.join(workdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+def scalar_head_learner(policy, config, loss_fn: Callable[..., Any]):
+    """A reward-model stage's model and its `Learner`: a `ScalarHeadModel` on `policy`'s trunk
+    with a fresh head, trained by `loss_fn(model, batch, *, remat)` with the config's optimizer,
+    placement and gradient checkpointing (`config.train.remat`).
+
+    Returns:
+      (the ScalarHeadModel, its Learner).
+    """
+    import functools
+
+    from jaxrl_llm.models.heads import ScalarHeadModel
+    from jaxrl_llm.roles import make_placement
+    from jaxrl_llm.runners.components import build_optimizer
+
+    model = ScalarHeadModel.from_policy(policy, seed=config.seed, head_init="normal")
+    mesh = make_placement(config.placement).train_mesh
+    optimizer = build_optimizer(config.optimizer, config.train.num_steps)
+    loss = functools.partial(loss_fn, remat=config.train.remat)
+    return model, Learner(model, optimizer, loss, mesh)
 
 
 def fit_scalar_model(
