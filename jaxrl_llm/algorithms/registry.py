@@ -23,7 +23,7 @@ import ml_collections
 
 from jaxrl_llm.algorithms.base import Algorithm, check_algorithm
 
-_BUILTIN = ("grpo", "ppo", "reinforce_pp", "remax")
+_BUILTIN = ("grpo", "ppo", "reinforce_pp", "remax", "online_dpo", "rrhf")
 
 
 class AlgorithmSpec(NamedTuple):

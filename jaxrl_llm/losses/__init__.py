@@ -17,7 +17,7 @@ from jaxrl_llm.losses.aggregation import (
 from jaxrl_llm.losses.kl import kl, kl_loss
 from jaxrl_llm.losses.off_policy import aipo, importance_weights
 from jaxrl_llm.losses.policy import cispo, entropy_bonus, gspo, ppo_clip, reinforce
-from jaxrl_llm.losses.preference import dpo, rrhf
+from jaxrl_llm.losses.preference import dpo, kto, orpo, rrhf, simpo
 from jaxrl_llm.losses.ratios import ratio_metrics
 from jaxrl_llm.losses.shaping import (
     AdaptiveKLState,
@@ -53,7 +53,10 @@ __all__ = [
     "importance_weights",
     # preference
     "dpo",
+    "kto",
+    "orpo",
     "rrhf",
+    "simpo",
     # shaping
     "AdaptiveKLState",
     "adaptive_kl_init",

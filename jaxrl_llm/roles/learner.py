@@ -90,11 +90,21 @@ class Learner:
             params=self.param_shardings,
             opt_state=optimizer_state_shardings(optimizer, params, self.param_shardings),
         )
-        step = jax.device_put(jnp.zeros((), jnp.int32), replicated)
-        self.state = TrainState(step, params, init_optimizer_state(optimizer, params))
+        self._optimizer = optimizer
+        self.state = self._fresh_state(params)
         self._step = make_train_step(
             self.graphdef, optimizer, loss_fn, out_shardings=(self.state_shardings, replicated)
         )
+
+    def _fresh_state(self, params) -> TrainState:
+        step = jax.device_put(jnp.zeros((), jnp.int32), self.state_shardings.step)
+        return TrainState(step, params, init_optimizer_state(self._optimizer, params))
+
+    def reset(self, params: nnx.State) -> None:
+        """Restarts training from a copy of `params`: step 0 and a fresh optimizer state (e.g.
+        ReST-EM's M-step, which fine-tunes the base model anew each iteration)."""
+        copied = jax.tree.map(jnp.copy, params)  # the train step donates its state
+        self.state = self._fresh_state(place_params(copied, self.param_shardings))
 
     @property
     def params(self) -> nnx.State:

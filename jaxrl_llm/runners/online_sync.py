@@ -285,8 +285,9 @@ class OnlineRun:
         """
         c = self.config
         batch, scalars = self.algorithm.make_batch(experience, self.algo_state)
-        rollout_logp = jnp.asarray(experience.rollout.logprobs, jnp.float32)
-        batch = batch._replace(rollout_logp=rollout_logp)
+        if batch.rollout_logp is None:  # set by algorithms that pick rows (online DPO)
+            rollout_logp = jnp.asarray(experience.rollout.logprobs, jnp.float32)
+            batch = batch._replace(rollout_logp=rollout_logp)
         if self._off_policy.needs_proximal:
             proximal = self.proximal_logprobs(experience.rollout.tokens)
             batch = batch._replace(old_logp=jnp.asarray(proximal))

@@ -36,13 +36,12 @@ from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.losses.reward_model import bradley_terry
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.roles import place_batch
-from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
-from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.supervised import (
     check_sampled_labels_section,
     fit_scalar_model,
     padded_width,
+    sample_groups,
     scalar_head_learner,
     split_by_group,
     stage_config,
@@ -90,44 +89,35 @@ def validate_rm_config(config: ml_collections.ConfigDict) -> None:
     resolve_task(config.task.name, config.task.kwargs.to_dict())
 
 
-def make_pairs(config, policy, tokenizer, path: str) -> dict[str, float]:
+def make_pairs(config, policy, tokenizer, path: str, *, section: str = "rm") -> dict[str, float]:
     """Samples, scores and pairs completions of the task's training prompts (see the module
-    docstring); writes them to `path` and returns counts."""
-    r, task = config.rm, config.task
+    docstring); writes them to `path` and returns counts. `config.<section>` has the sampling
+    fields (num_prompts, group_size, pairs_per_prompt, temperature, max_new_tokens): the
+    reward-model stage's `rm`, the offline preference stage's `preference`."""
+    r, task = config[section], config.task
     source = task_source(
         task.name, seed=config.seed, size=task.train_size, overrides=task.kwargs.to_dict()
     )
     examples = list(itertools.islice(iter(source), r.num_prompts))
-    texts, ids = prompt_ids(
+    texts, completions, scores = sample_groups(
+        config,
+        policy,
         tokenizer,
         examples,
-        system_prompt=task.system_prompt,
-        instruction_suffix=task.instruction_suffix,
+        group_size=r.group_size,
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
     )
-    generator = chat_generator(
-        policy, tokenizer, max_new_tokens=r.max_new_tokens, temperature=r.temperature
-    )
-    rewards = components.build_rewards(config)
     pairs, correct_fraction = [], []
-    chunk = max(1, 64 // r.group_size)  # prompts per decode call
-    for start in range(0, len(examples), chunk):
-        batch = range(start, min(start + chunk, len(examples)))
-        group_ids = [ids[i] for i in batch for _ in range(r.group_size)]
-        rollout = generator(group_ids, seed=config.seed + start)
-        completions = completion_texts(tokenizer, rollout)
-        group_texts = [texts[i] for i in batch for _ in range(r.group_size)]
-        group_examples = [examples[i] for i in batch for _ in range(r.group_size)]
-        scores = rewards(group_texts, completions, group_examples).per_function["task"]
-        for j, i in enumerate(batch):
-            rows = slice(j * r.group_size, (j + 1) * r.group_size)
-            group_scores, group_completions = scores[rows], completions[rows]
-            correct_fraction.append(float(np.mean(group_scores >= 1.0)))
-            scored = list(zip(group_completions, group_scores, strict=True))
-            right = _distinct(c for c, s in scored if s >= 1.0)
-            wrong = _distinct(c for c, s in scored if s <= 0.0)
-            meta = {"task": examples[i].source, "answer": examples[i].answer}
-            for a, b in spread_pairs(len(right), len(wrong), r.pairs_per_prompt):
-                pairs.append(Pair(texts[i], right[a], wrong[b], meta=dict(meta)))
+    for i in range(len(examples)):
+        group_scores, group_completions = scores[i], completions[i]
+        correct_fraction.append(float(np.mean(group_scores >= 1.0)))
+        scored = list(zip(group_completions, group_scores, strict=True))
+        right = _distinct(c for c, s in scored if s >= 1.0)
+        wrong = _distinct(c for c, s in scored if s <= 0.0)
+        meta = {"task": examples[i].source, "answer": examples[i].answer}
+        for a, b in spread_pairs(len(right), len(wrong), r.pairs_per_prompt):
+            pairs.append(Pair(texts[i], right[a], wrong[b], meta=dict(meta)))
     write_pairs_jsonl(path, pairs)
     return {
         "prompts": len(examples),

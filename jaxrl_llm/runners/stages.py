@@ -1,5 +1,6 @@
 """The stages a config may name (`config.stage`): RL (the default), "sft", "reward_model",
-"process_reward_model", and "pipeline" (SFT -> reward model -> RL, `runners.pipeline_stages`).
+"process_reward_model", "pipeline" (SFT -> reward model -> RL, `runners.pipeline_stages`),
+"self_training" (ReST-EM, RAFT) and "preference" (offline DPO, KTO, SimPO, ORPO).
 
 InstructGPT's three-stage pipeline (2203.02155): supervised fine-tuning, a reward model from
 comparisons, RL against it. Each stage is a `(validate, run)` pair, imported on first use.
@@ -20,6 +21,16 @@ STAGES = {
         "train_process_reward_model",
     ),
     "pipeline": ("jaxrl_llm.runners.pipeline_stages", "validate_pipeline_config", "run_pipeline"),
+    "self_training": (
+        "jaxrl_llm.runners.self_training",
+        "validate_self_training_config",
+        "train_self_training",
+    ),
+    "preference": (
+        "jaxrl_llm.runners.preference",
+        "validate_preference_config",
+        "train_preference",
+    ),
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,10 +38,13 @@ def fit(
     eval_every: int = 0,
     desc: str = "train",
     progress: bool = True,
+    max_time_s: float = 0.0,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Trains `learner` to `num_steps` updates (resuming from `workdir/checkpoints`); writes
     `train/*` metrics every step and `evaluate(when)` at step 0, every `eval_every` steps (0: never
-    in between) and at the end to `workdir/metrics.jsonl`. Returns (before, after)."""
+    in between) and at the end to `workdir/metrics.jsonl`. With `max_time_s` > 0 it stops (and
+    saves) after the first update that ends past that many seconds of updates in this process
+    (evaluations excluded). Returns (before, after)."""
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"))
     restored = checkpointer.restore_latest(abstract_like(learner.state))
     meta: dict[str, Any] = {"step": 0, "before": None}
@@ -52,20 +56,27 @@ def fit(
         meta["before"] = evaluate("before")
         writer.write_scalars(0, meta["before"])
     bar = tqdm.tqdm(total=num_steps, initial=meta["step"], desc=desc, disable=not progress)
+    spent = 0.0
     try:
         for step in range(meta["step"], num_steps):
+            t0 = time.time()
             metrics = jax.device_get(learner.update(batch_of_step(step)))
+            spent += time.time() - t0
             scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
+            out_of_time = bool(max_time_s) and spent > max_time_s
             if eval_every and (step + 1) % eval_every == 0 and step + 1 < num_steps:
                 scalars.update(evaluate("during"))
             writer.write_scalars(step + 1, scalars)
             meta["step"] = step + 1
-            if (step + 1) % checkpoint_every == 0 or step + 1 == num_steps:
+            if (step + 1) % checkpoint_every == 0 or step + 1 == num_steps or out_of_time:
                 checkpointer.save(step + 1, learner.state, meta)
             bar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
             bar.update(1)
+            if out_of_time:
+                print(f"[jaxrl_llm] stopping after update {step + 1}: {max_time_s} s spent")
+                break
         after = evaluate("after")
-        writer.write_scalars(num_steps, after)
+        writer.write_scalars(meta["step"], after)
     finally:
         bar.close()
         checkpointer.close()
@@ -111,6 +122,63 @@ def split_by_group(groups: list, fraction: float, seed: int) -> tuple[list[int],
     held = [i for i, g in enumerate(groups) if g in held_keys]
     train = [i for i, g in enumerate(groups) if g not in held_keys]
     return held, train
+
+
+def sample_groups(
+    config,
+    policy,
+    tokenizer,
+    examples: list,
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float,
+    params=None,
+    seed: int | None = None,
+) -> tuple[list[str], list[list[str]], np.ndarray]:
+    """`group_size` sampled completions of each example's chat prompt, scored by the task's
+    verifier (`config.rewards`' "task" function): the labels of the stages that learn from the
+    policy's own samples (reward-model pairs, ReST-EM / RAFT's E-step).
+
+    Args:
+      config: the stage config (`task` renders the prompts, `rewards` scores).
+      policy, tokenizer: the sampling model and its tokenizer.
+      examples: N task `Example`s.
+      group_size, max_new_tokens, temperature: G samples per prompt and how they are drawn.
+      params: the policy's parameters to sample with (None: the model's own).
+      seed: the base sampling seed (None: `config.seed`); decode call c uses seed + its first
+        prompt's index, so a rerun draws the same samples.
+
+    Returns:
+      (rendered prompt texts [N], completions [N][G], verifier scores float32 [N, G]).
+    """
+    from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
+    from jaxrl_llm.runners import components
+
+    task, seed = config.task, config.seed if seed is None else seed
+    texts, ids = prompt_ids(
+        tokenizer,
+        examples,
+        system_prompt=task.system_prompt,
+        instruction_suffix=task.instruction_suffix,
+    )
+    generator = chat_generator(
+        policy, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature
+    )
+    rewards = components.build_rewards(config)
+    completions, scores = [], []
+    chunk = max(1, 64 // group_size)  # prompts per decode call (at most 64 rows)
+    for start in range(0, len(examples), chunk):
+        batch = range(start, min(start + chunk, len(examples)))
+        group_ids = [ids[i] for i in batch for _ in range(group_size)]
+        rollout = generator(group_ids, seed=seed + start, params=params)
+        texts_out = completion_texts(tokenizer, rollout)
+        group_texts = [texts[i] for i in batch for _ in range(group_size)]
+        group_examples = [examples[i] for i in batch for _ in range(group_size)]
+        scores.append(rewards(group_texts, texts_out, group_examples).per_function["task"])
+        completions += [texts_out[j : j + group_size] for j in range(0, len(texts_out), group_size)]
+    scores_ng = np.concatenate(scores).reshape(len(examples), group_size).astype(np.float32)
+    return texts, completions, scores_ng
 
 
 def write_config(config, workdir: str) -> None:

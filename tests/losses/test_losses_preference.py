@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from jaxrl_llm.losses import dpo, rrhf
+from jaxrl_llm.losses import dpo, kto, orpo, rrhf, simpo
 
 
 def _tight(a, b):
@@ -158,3 +158,77 @@ def test_rrhf_errors():
         rrhf(RR_LOGP, RR_MASK, RR_REWARDS[:, :2])
     with pytest.raises(AssertionError, match=r"rrhf: mask_bgt has shape \(1, 3, 1\)"):
         jax.jit(lambda x: rrhf(x, RR_MASK[..., :1], RR_REWARDS))(RR_LOGP)
+
+
+def test_dpo_weights_drop_a_pair_from_loss_and_metrics():
+    weighted, m = dpo(PC, PR, RC, RR, beta=0.5, weights_b=jnp.array([1.0, 0.0]))
+    alone, m0 = dpo(PC[:1], PR[:1], RC[:1], RR[:1], beta=0.5)
+    _tight(weighted, alone)
+    _tight(m["reward_accuracy"], m0["reward_accuracy"])
+    # all weights zero: a zero loss with no NaN (a step whose pairs all tie)
+    zero, _ = dpo(PC, PR, RC, RR, beta=0.5, weights_b=jnp.zeros(2))
+    _tight(zero, 0.0)
+    grads = jax.grad(lambda pc: dpo(pc, PR, RC, RR, beta=0.5, weights_b=jnp.zeros(2))[0])(PC)
+    _tight(grads, jnp.zeros(2))
+
+
+def test_kto_hand_worked():
+    # r = pi - ref = [1, -1, 0.5]; desirable, undesirable, desirable; z0 given as 0.2.
+    pi, ref = jnp.array([-1.0, -3.0, -1.5]), jnp.array([-2.0, -2.0, -2.0])
+    good = jnp.array([True, False, True])
+    loss, m = kto(pi, ref, good, beta=0.5, reference_point=0.2, undesirable_weight=2.0)
+    d0 = 1 - _sigmoid(0.5 * (1.0 - 0.2))
+    u1 = 2.0 * (1 - _sigmoid(0.5 * (0.2 + 1.0)))
+    d2 = 1 - _sigmoid(0.5 * (0.5 - 0.2))
+    _tight(loss, (d0 + u1 + d2) / 3)
+    _tight(m["desirable_rewards"], 0.5 * (1.0 + 0.5) / 2)
+    _tight(m["undesirable_rewards"], -0.5)
+    # batch estimate: z0 = max(0, mean r) = max(0, 1/6); a negative estimate clips to 0
+    _, m = kto(pi, ref, good, beta=0.5)
+    _tight(m["reference_point"], 0.5 / 3)
+    _, m = kto(pi - 5.0, ref, good, beta=0.5)
+    _tight(m["reference_point"], 0.0)
+    # the gradient raises a desirable completion's log-prob and lowers an undesirable one's
+    g = jax.grad(lambda p: kto(p, ref, good, beta=0.5, reference_point=0.2)[0])(pi)
+    assert g[0] < 0 and g[1] > 0 and g[2] < 0
+
+
+def test_simpo_hand_worked():
+    # chosen: -2 over 2 tokens (mean -1), rejected: -6 over 3 tokens (mean -2)
+    pc, pr = jnp.array([-2.0, -6.0]), jnp.array([-6.0, -2.0])
+    nc, nr = jnp.array([2, 3]), jnp.array([3, 2])
+    loss, m = simpo(pc, pr, nc, nr, beta=2.0, gamma=0.5)
+    # pair 0: h = 2(-1) - 2(-2) - 0.5 = 1.5; pair 1: h = 2(-2) - 2(-1) - 0.5 = -2.5
+    _tight(loss, (_softplus(-1.5) + _softplus(2.5)) / 2)
+    _tight(m["reward_margin"], (2.0 - 2.0) / 2)
+    _tight(m["reward_accuracy"], 0.5)
+    smoothed, _ = simpo(pc, pr, nc, nr, beta=2.0, gamma=0.5, label_smoothing=0.1)
+    pair0 = 0.9 * _softplus(-1.5) + 0.1 * _softplus(1.5)
+    pair1 = 0.9 * _softplus(2.5) + 0.1 * _softplus(-2.5)
+    _tight(smoothed, (pair0 + pair1) / 2)
+
+
+def test_orpo_hand_worked():
+    # mean log-probs: chosen log(0.5) (odds 1), rejected log(0.2) (odds 0.25)
+    pc, pr = jnp.array([2 * math.log(0.5)]), jnp.array([3 * math.log(0.2)])
+    loss, m = orpo(pc, pr, jnp.array([2]), jnp.array([3]), lam=0.1)
+    log_ratio = math.log(1.0) - math.log(0.25)
+    np.testing.assert_allclose(m["log_odds_ratio"], log_ratio, rtol=1e-5)
+    np.testing.assert_allclose(m["sft_loss"], -math.log(0.5), rtol=1e-6)
+    np.testing.assert_allclose(loss, -math.log(0.5) + 0.1 * _softplus(-log_ratio), rtol=1e-5)
+    assert float(m["reward_accuracy"]) == 1.0
+    # lam = 0 is fine-tuning on the chosen completion alone
+    sft, _ = orpo(pc, pr, jnp.array([2]), jnp.array([3]), lam=0.0)
+    np.testing.assert_allclose(sft, -math.log(0.5), rtol=1e-6)
+
+
+def test_reference_free_losses_check_shapes_and_hyperparameters():
+    two, one = jnp.zeros(2), jnp.zeros(1)
+    with pytest.raises(AssertionError, match="simpo"):
+        simpo(two, one, two, two)
+    with pytest.raises(ValueError, match="beta"):
+        simpo(two, two, two, two, beta=0.0)
+    with pytest.raises(ValueError, match="lam"):
+        orpo(two, two, two, two, lam=-1.0)
+    with pytest.raises(ValueError, match="beta"):
+        kto(two, two, two > 0, beta=0.0)

@@ -1,0 +1,15 @@
+"""Offline DPO (jaxrl_llm/runners/preference.py) on the tiny random model: seconds, for tests.
+Give a pair file with --config.preference.pairs, or let it make pairs from its own samples."""
+
+from jaxrl_llm.config import make_tiny
+from jaxrl_llm.runners.preference import preference_config
+
+
+def get_config():
+    config = make_tiny(preference_config("sigmoid"))
+    with config.unlocked():
+        p = config.preference
+        p.num_prompts, p.group_size, p.max_new_tokens = 8, 4, 8
+        p.batch_size, p.max_length, p.eval_every = 4, 96, 2
+        p.beta = 0.5
+    return config

@@ -1,0 +1,318 @@
+"""The offline preference stage: DPO and its family on a file of comparison pairs.
+
+    python -m jaxrl_llm.main --config experiments/configs/dpo_smollm2.py --workdir runs/dpo \
+        --config.preference.pairs=runs/rm/pairs.jsonl
+
+Pairs are the pair JSONL of the reward-model stage (`jaxrl_llm.data.pairs`: prompt, chosen,
+rejected); `preference.pairs = ""` makes them the same way, from the policy's own samples scored
+by the task's verifier (`runners.reward_model.make_pairs`). Losses (`preference.loss_type`):
+DPO "sigmoid" (with `label_smoothing`: cDPO), "ipo", "hinge", "kto" (each pair's chosen
+completion desirable, its rejected one undesirable), and the reference-free "simpo" and "orpo"
+(`jaxrl_llm.training.preference`). The reference is the initial policy: its summed completion
+log-probs of every pair are computed once and cached in `<workdir>/reference_logps.npz` (keyed
+by the pair file's digest and the model), so a resumed run never recomputes them.
+
+Logged: the train loss and the loss's metrics (reward margin and accuracy, chosen and rejected
+log-probs) every step; the same on held-out pairs (split by prompt) before, every
+`preference.eval_every` steps and after; and the task's held-out greedy accuracy before and
+after (`config.eval`). The trained policy is written to `<workdir>/model`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl
+from jaxrl_llm.data.presets import resolve_task, task_source
+from jaxrl_llm.evals import EvalSet, Evaluator
+from jaxrl_llm.models.hf import save_hf
+from jaxrl_llm.roles import Learner, make_placement, place_batch
+from jaxrl_llm.runners import components
+from jaxrl_llm.runners.components import build_optimizer, load_policy
+from jaxrl_llm.runners.online_sync import eval_settings
+from jaxrl_llm.runners.reward_model import make_pairs
+from jaxrl_llm.runners.supervised import (
+    check_sampled_labels_section,
+    fit,
+    padded_width,
+    split_by_group,
+    stage_config,
+    step_indices,
+    write_config,
+    write_summary,
+)
+from jaxrl_llm.training.preference import (
+    PairRows,
+    PreferenceLossConfig,
+    completion_logprobs,
+    pair_loss,
+    preference_loss,
+    preference_section,
+    validate_preference_section,
+)
+
+
+def offline_preference_section() -> ml_collections.ConfigDict:
+    """The `config.preference` fields: the loss (`preference_section`), the pairs, the batches."""
+    c = preference_section()
+    c.pairs = ""  # a pair JSONL; "" makes pairs from the policy's samples (<workdir>/pairs.jsonl)
+    # Making pairs (as the reward-model stage does): prompts, samples, pairs kept per prompt.
+    c.num_prompts = 256
+    c.group_size = 8
+    c.pairs_per_prompt = 4
+    c.temperature = 1.0
+    c.max_new_tokens = 64
+    c.batch_size = 8  # pairs per optimizer update
+    c.max_length = 256  # tokens of prompt + completion; longer pairs are dropped (counted)
+    c.eval_fraction = 0.2  # share of the prompts whose pairs are held out
+    c.eval_every = 0  # steps between held-out evaluations (0: before and after only)
+    return c
+
+
+def preference_config(loss_type: str = "sigmoid") -> ml_collections.ConfigDict:
+    """The default offline preference configuration (SmolLM2-135M-Instruct, chain_sum)."""
+    c = stage_config("preference", "preference", offline_preference_section())
+    c.preference.loss_type = loss_type
+    return c
+
+
+def validate_preference_config(config: ml_collections.ConfigDict) -> None:
+    """Raises ValueError naming the first bad field of a preference config, and the fix."""
+    p = config.preference
+    validate_preference_section(p, "preference")
+    positive = (
+        "num_prompts",
+        "group_size",
+        "pairs_per_prompt",
+        "max_new_tokens",
+        "batch_size",
+        "max_length",
+    )
+    check_sampled_labels_section(config, "preference", positive)
+    if p.pairs and not os.path.isfile(p.pairs):
+        raise ValueError(f"config.preference.pairs={p.pairs!r} does not exist ('' makes pairs).")
+    resolve_task(config.task.name, config.task.kwargs.to_dict())
+
+
+def encode_pair(tokenizer, pair: Pair) -> tuple[list[int], int, list[int], int]:
+    """(chosen ids, chosen prompt length, rejected ids, rejected prompt length): the rendered
+    prompt's tokens, then the completion's, then the end-of-turn token the policy must learn
+    to emit."""
+    prompt = tokenizer.encode(pair.prompt)
+    end = [tokenizer.eos_token_id]
+    chosen = prompt + tokenizer.encode(pair.chosen) + end
+    rejected = prompt + tokenizer.encode(pair.rejected) + end
+    return chosen, len(prompt), rejected, len(prompt)
+
+
+def pair_rows(encoded: list, ref_logp_p2: np.ndarray, weights_p: np.ndarray, *, width, pad_id):
+    """`PairRows` (numpy) of encoded pairs, their reference log-probs [P, 2] and weights [P]."""
+    tokens = np.full((2 * len(encoded), width), pad_id, np.int32)
+    mask = np.zeros((2 * len(encoded), width), np.float32)
+    for p, (chosen, n_chosen, rejected, n_rejected) in enumerate(encoded):
+        for row, ids, start in ((2 * p, chosen, n_chosen), (2 * p + 1, rejected, n_rejected)):
+            tokens[row, : len(ids)] = ids
+            mask[row, start : len(ids)] = 1.0
+    ref = np.asarray(ref_logp_p2, np.float32).reshape(-1)
+    return PairRows(tokens, mask, ref, np.asarray(weights_p, np.float32))
+
+
+class PreferenceRun:
+    """One offline preference run: the encoded pairs, the reference log-probs, the `Learner`."""
+
+    def __init__(self, config, workdir: str):
+        self.config, self.workdir, p = config, workdir, config.preference
+        self.model, self.tokenizer = load_policy(config)
+        path = p.pairs or os.path.join(workdir, "pairs.jsonl")
+        self.pair_stats: dict[str, float] = {}
+        if not p.pairs and not os.path.isfile(path):
+            self.pair_stats = make_pairs(
+                config, self.model, self.tokenizer, path, section="preference"
+            )
+            print(f"[jaxrl_llm] {self.pair_stats['pairs']} pairs written to {path}")
+        encoded, prompts, dropped = [], [], 0
+        for pair in read_pairs_jsonl(path):
+            e = encode_pair(self.tokenizer, pair)
+            if max(len(e[0]), len(e[2])) > p.max_length:
+                dropped += 1
+                continue
+            encoded.append(e)
+            prompts.append(pair.prompt)
+        if len(set(prompts)) < 2:
+            raise ValueError(
+                f"{path}: usable pairs of {len(set(prompts))} prompt(s) ({dropped} longer than "
+                f"config.preference.max_length={p.max_length}); preference training needs pairs "
+                "of at least two prompts (one is held out)."
+            )
+        held, train = split_by_group(prompts, p.eval_fraction, config.seed)
+        self.encoded, self.train, self.held = encoded, train, held
+        self.width = padded_width(
+            [len(x) for e in encoded for x in (e[0], e[2])], limit=p.max_length
+        )
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        self.pair_stats.update(
+            pairs=len(encoded), train_pairs=len(train), eval_pairs=len(held), dropped=dropped
+        )
+        self.loss_config = PreferenceLossConfig.from_section(
+            p, temperature=1.0, remat=config.train.remat
+        )
+        mesh = make_placement(config.placement).train_mesh
+        optimizer = build_optimizer(config.optimizer, config.train.num_steps)
+        loss = functools.partial(preference_loss, config=self.loss_config)
+        self.learner = Learner(self.model, optimizer, loss, mesh)
+        graphdef, eval_config = self.learner.graphdef, self.loss_config
+        self._logp_fn = jax.jit(
+            lambda params, tokens, mask: completion_logprobs(
+                nnx.merge(graphdef, params), tokens, mask, config=eval_config
+            )
+        )
+        self.ref_logp = self._reference_logps(path)  # [pairs, 2], the initial policy's
+
+    def _rows(self, indices, weights=None) -> PairRows:
+        encoded = [self.encoded[i] for i in indices]
+        weights = np.ones(len(indices), np.float32) if weights is None else weights
+        return pair_rows(
+            encoded, self.ref_logp[indices], weights, width=self.width, pad_id=self.pad_id
+        )
+
+    def _reference_logps(self, path: str) -> np.ndarray:
+        """float32 [pairs, 2] summed completion log-probs of the initial policy (zeros for a
+        reference-free loss), from the cache when it matches the pair file and the model."""
+        if not self.loss_config.needs_reference:
+            return np.zeros((len(self.encoded), 2), np.float32)
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        key = f"{digest} {self.config.model.name} {self.config.model.init} {self.config.seed}"
+        key += f" {self.config.preference.max_length}"
+        cache = os.path.join(self.workdir, "reference_logps.npz")
+        if os.path.isfile(cache):
+            with np.load(cache) as saved:
+                if str(saved["key"]) == key:
+                    return saved["ref_logp"]
+        size, out = self.config.preference.batch_size, []
+        zeros = np.zeros((len(self.encoded), 2), np.float32)
+        for start in range(0, len(self.encoded), size):
+            indices = np.arange(start, min(start + size, len(self.encoded)))
+            indices = np.resize(indices, size)  # one compiled shape
+            rows = pair_rows(
+                [self.encoded[i] for i in indices], zeros[indices], np.ones(size),
+                width=self.width, pad_id=self.pad_id,
+            )  # fmt: skip
+            logp, _ = self._logp_fn(self.learner.params, rows.tokens, rows.loss_mask)
+            out.append(np.asarray(logp).reshape(size, 2)[: min(size, len(self.encoded) - start)])
+        ref = np.concatenate(out).astype(np.float32)
+        os.makedirs(self.workdir, exist_ok=True)
+        np.savez(cache + ".tmp.npz", ref_logp=ref, key=np.array(key))
+        os.replace(cache + ".tmp.npz", cache)
+        return ref
+
+    def batch(self, step: int):
+        """Update `step`'s pairs (epochs of a seeded permutation), placed."""
+        size = self.config.preference.batch_size
+        chosen = [
+            self.train[i] for i in step_indices(self.config.seed, step, size, len(self.train))
+        ]
+        return place_batch(self._rows(chosen), self.learner.mesh, self.learner.rules)
+
+    def held_out(self) -> dict[str, float]:
+        """The loss and its metrics on every held-out pair once (weighted by real pairs)."""
+        size, sums, count = self.config.preference.batch_size, {}, 0
+        for start in range(0, len(self.held), size):
+            chunk = self.held[start : start + size]
+            real = len(chunk)
+            weights = np.r_[np.ones(real), np.zeros(size - real)].astype(np.float32)
+            rows = self._rows(np.resize(np.asarray(chunk), size), weights)
+            logp, tokens = self._logp_fn(self.learner.params, rows.tokens, rows.loss_mask)
+            loss, metrics = pair_loss(
+                logp, tokens, jnp.asarray(rows.ref_logp), jnp.asarray(weights),
+                config=self.loss_config,
+            )  # fmt: skip
+            for k, v in {"loss": loss, **metrics}.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * real
+            count += real
+        return {f"eval/{k}": v / count for k, v in sums.items()}
+
+    def task_accuracy(self) -> dict[str, float]:
+        """Held-out greedy task metrics (`config.eval`) of the current policy."""
+        task = self.config.task
+        examples = list(
+            task_source(
+                task.name, seed=task.eval_seed, size=task.eval_size,
+                overrides=task.kwargs.to_dict(),
+            )
+        )  # fmt: skip
+        evaluator = Evaluator(
+            self.model, self.tokenizer, components.build_rewards(self.config),
+            eval_settings(self.config),
+        )  # fmt: skip
+        return evaluator([EvalSet(task.name, examples)], params=self.learner.params)[task.name]
+
+
+def train_preference(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
+    """Runs (or resumes) the offline preference stage; returns its summary (summary.json)."""
+    validate_preference_config(config)
+    write_config(config, workdir)
+    start_time = time.time()
+    run = PreferenceRun(config, workdir)
+
+    def evaluate(when: str) -> dict[str, float]:
+        scalars = run.held_out()
+        wanted = {"before": config.eval.before, "after": config.eval.after}.get(when, False)
+        if wanted:
+            task = run.task_accuracy()
+            scalars.update({f"eval/task/{k}": v for k, v in task.items() if _number(v)})
+        return scalars
+
+    train_start = time.time()
+    before, after = fit(
+        run.learner,
+        run.batch,
+        evaluate,
+        workdir=workdir,
+        num_steps=config.train.num_steps,
+        checkpoint_every=config.train.checkpoint_every,
+        eval_every=config.preference.eval_every,
+        desc=config.preference.loss_type.upper(),
+        progress=progress,
+        max_time_s=config.train.max_time_s,
+    )
+    nnx.update(run.model, run.learner.params)
+    save_hf(run.model, run.tokenizer, os.path.join(workdir, "model"))
+    summary: dict[str, Any] = {
+        "stage": "preference",
+        "loss_type": config.preference.loss_type,
+        "steps": int(run.learner.state.step),
+        "pairs": run.pair_stats,
+        "before": before,
+        "after": after,
+        "train_time_s": time.time() - train_start,
+        "wall_time_s": time.time() - start_time,
+        "model": os.path.join(workdir, "model"),
+    }
+    write_summary(workdir, summary)
+    line = (
+        f"[jaxrl_llm] {config.preference.loss_type}: held-out pair reward accuracy "
+        f"{100 * before['eval/reward_accuracy']:.1f}% -> {100 * after['eval/reward_accuracy']:.1f}%"
+        f" ({summary['steps']} updates)"
+    )
+    if "eval/task/accuracy" in before and "eval/task/accuracy" in after:
+        line += (
+            f", greedy accuracy {100 * before['eval/task/accuracy']:.1f}% -> "
+            f"{100 * after['eval/task/accuracy']:.1f}%"
+        )
+    print(line + f"; model written to {summary['model']}")
+    return summary
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
