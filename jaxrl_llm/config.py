@@ -26,7 +26,8 @@ def base_config() -> ml_collections.ConfigDict:
     `config.critic`) and locks it.
     """
     c = ml_collections.ConfigDict()
-    # The algorithm, by registry name (jaxrl_llm.algorithms): grpo, ppo, reinforce_pp, remax.
+    # The algorithm, by registry name (jaxrl_llm.algorithms): grpo, ppo, reinforce_pp, remax,
+    # online_dpo, rrhf.
     c.algorithm = "grpo"
     # Base seed: data order, rollout sampling (seed + step) and random init derive from it.
     c.seed = 0

@@ -3,12 +3,20 @@
     algorithm = jaxrl_llm.algorithms.make(config)     # config.algorithm: "grpo", "ppo", ...
 
 Built in: `grpo` (also RLOO and Dr. GRPO), `ppo` (learned critic, GAE, KL in the reward),
-`reinforce_pp` (REINFORCE++) and `remax` (greedy baseline). A new algorithm is one module that
-calls `registry.register`; see `jaxrl_llm.algorithms.registry`.
+`reinforce_pp` (REINFORCE++), `remax` (greedy baseline), and the preference algorithms
+`online_dpo` (best / worst of each group, DPO and its family) and `rrhf` (ranking plus
+fine-tuning on the best). A new algorithm is one module that calls `registry.register`; see
+`jaxrl_llm.algorithms.registry`.
 """
 
 from jaxrl_llm.algorithms import registry
-from jaxrl_llm.algorithms.base import ROLE_NAMES, Algorithm, Experience, check_algorithm
+from jaxrl_llm.algorithms.base import (
+    ROLE_NAMES,
+    Algorithm,
+    Experience,
+    References,
+    check_algorithm,
+)
 from jaxrl_llm.algorithms.batch import PolicyBatch, build_batch, pack_batch, split_minibatches
 from jaxrl_llm.algorithms.grpo import GRPOBatch, GRPOLossConfig, group_advantages, grpo_loss
 from jaxrl_llm.algorithms.policy_loss import PolicyLossConfig, policy_loss
@@ -19,6 +27,7 @@ __all__ = [
     "Algorithm",
     "AlgorithmSpec",
     "Experience",
+    "References",
     "GRPOBatch",
     "GRPOLossConfig",
     "PolicyBatch",

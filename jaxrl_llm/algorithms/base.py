@@ -32,6 +32,20 @@ ROLE_NAMES = ("actor", "rollout", "reference", "critic", "reward")
 ALWAYS_PRESENT = ("actor", "rollout", "reward")
 
 
+class References(NamedTuple):
+    """Each prompt's gold answer as one more completion, in the `Rollout` layout.
+
+    Attributes:
+      tokens: int32 [P, T] prompt, then the reference response and an end-of-turn token.
+      completion_mask: bool [P, T], True at the response tokens.
+      rewards: float32 [P], the reward role's score of each reference.
+    """
+
+    tokens: np.ndarray
+    completion_mask: np.ndarray
+    rewards: np.ndarray
+
+
 class Experience(NamedTuple):
     """What a runner collected for one RL step, on the host (numpy).
 
@@ -47,6 +61,7 @@ class Experience(NamedTuple):
         with the log-prob of token t).
       baseline_rewards: float32 [B] rewards of the greedy completion of each row's prompt, when
         `baseline_rollout` is set.
+      references: `References` of the B / G prompts, when `reference_template` is set.
     """
 
     rollout: Any
@@ -55,6 +70,7 @@ class Experience(NamedTuple):
     ref_logp: np.ndarray | None = None
     values: np.ndarray | None = None
     baseline_rewards: np.ndarray | None = None
+    references: References | None = None
 
 
 def roles_for(kl_beta: float, *extra: str) -> tuple[str, ...]:
@@ -87,6 +103,9 @@ class Algorithm(NamedTuple):
       critic_loss: `(value model, PolicyBatch) -> (loss, metrics)` when "critic" is a role.
       baseline_rollout: the runner also decodes each prompt greedily and scores it.
       actor_frozen_steps: the first RL steps update only the critic (critic warm-up).
+      reference_template: when set ("The answer is {answer}."), the runner renders each prompt's
+        gold answer with it and hands it over, scored, as `Experience.references` (RRHF's
+        reference responses).
     """
 
     name: str
@@ -98,6 +117,7 @@ class Algorithm(NamedTuple):
     critic_loss: LossFn | None = None
     baseline_rollout: bool = False
     actor_frozen_steps: int = 0
+    reference_template: str = ""
 
     def needs(self, role: str) -> bool:
         """Whether the runner must build `role` for this algorithm."""

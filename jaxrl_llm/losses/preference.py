@@ -316,6 +316,7 @@ def rrhf(
     *,
     rank_weight: float = 1.0,
     length_penalty: float = 1.0,
+    ft_on_ties: bool = True,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """RRHF: rank the G responses of each prompt by reward, plus fine-tuning on the best one.
 
@@ -328,7 +329,10 @@ def rrhf(
         loss    = mean_b (rank_weight * L_rank + L_ft)
 
     `rank_weight` is the official code's `rrhf_weight`. Its fine-tuning term averages the best
-    response's token log-probs over the padded length; here over its valid tokens.
+    response's token log-probs over the padded length; here over its valid tokens. The paper's
+    candidates include a reference response, so a best one exists; among policy samples alone a
+    group whose rewards all tie has none, and `ft_on_ties=False` drops L_ft there (fine-tuning
+    on an arbitrary, e.g. wrong, sample of such groups collapsed SmolLM2 to one-token answers).
 
     Args:
       logp_bgt: [B, G, T] token log-probs of G responses per prompt under the policy.
@@ -336,9 +340,11 @@ def rrhf(
       rewards_bg: [B, G] reward of each response.
       rank_weight: weight of the ranking term.
       length_penalty: exponent of the length normalisation of the scores.
+      ft_on_ties: keep the fine-tuning term of groups whose rewards are all equal.
 
     Returns:
-      `(loss, metrics)`: [] loss; metrics has "rank_loss" and "ft_loss" (means over prompts).
+      `(loss, metrics)`: [] loss; metrics has "rank_loss" and "ft_loss" (means over prompts)
+      and "ft_groups" (the fraction of groups with a fine-tuning term).
     """
     fn = "rrhf"
     _checks.same_shape(fn, axes="[B, G, T]", logp_bgt=logp_bgt, mask_bgt=mask_bgt)
@@ -359,5 +365,10 @@ def rrhf(
     rank_b = jnp.where(worse_bij, gap_bij, 0.0).sum((1, 2))
     best_b = jnp.argmax(rewards_bg, axis=-1)
     ft_b = -jnp.take_along_axis(sum_logp_bg / tokens_bg, best_b[:, None], axis=-1)[:, 0]
+    has_best_b = jnp.ones_like(ft_b)
+    if not ft_on_ties:
+        has_best_b = (rewards_bg.max(-1) > rewards_bg.min(-1)).astype(ft_b.dtype)
+    ft_b = ft_b * has_best_b
     loss = (rank_weight * rank_b + ft_b).mean()
-    return loss, jax.lax.stop_gradient({"rank_loss": rank_b.mean(), "ft_loss": ft_b.mean()})
+    metrics = {"rank_loss": rank_b.mean(), "ft_loss": ft_b.mean(), "ft_groups": has_best_b.mean()}
+    return loss, jax.lax.stop_gradient(metrics)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from jaxrl_llm.data import Example, render_prompt
 from jaxrl_llm.rollout.engine import GenerationConfig, Generator
 
@@ -27,6 +29,27 @@ def prompt_ids(
 def completion_texts(tokenizer, rollout) -> list[str]:
     """Completions as text, special tokens (EOS, <|im_end|>) removed."""
     return [tokenizer.decode(ids, skip_special_tokens=True) for ids in rollout.completions()]
+
+
+def response_rows(
+    tokenizer, prompt_ids_list, responses: Sequence[str], *, width: int, max_new_tokens: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Given responses after their prompts, in the `Rollout` layout: each row is the prompt's
+    ids, the response's ids and the end-of-turn token (cut to `max_new_tokens`), then padding.
+
+    Returns:
+      (tokens int32 [N, width], completion_mask bool [N, width]).
+    """
+    tokens = np.full((len(responses), width), tokenizer.pad_token_id or 0, np.int32)
+    mask = np.zeros((len(responses), width), bool)
+    for i, (prompt, response) in enumerate(zip(prompt_ids_list, responses, strict=True)):
+        completion = (tokenizer.encode(response) + [tokenizer.eos_token_id])[:max_new_tokens]
+        ids = list(prompt) + completion
+        if len(ids) > width:
+            raise ValueError(f"response_rows: row {i} has {len(ids)} tokens > width={width}.")
+        tokens[i, : len(ids)] = ids
+        mask[i, len(prompt) : len(ids)] = True
+    return tokens, mask
 
 
 def chat_generator(

@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 
 from jaxrl_llm import algorithms
-from jaxrl_llm.algorithms.base import Algorithm, Experience
+from jaxrl_llm.algorithms.base import Algorithm, Experience, References
 from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
 from jaxrl_llm.algorithms.off_policy import OffPolicyConfig
 from jaxrl_llm.config import validate_config
@@ -41,7 +41,7 @@ from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.rewards import accuracy
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.roles.reference import logprob_fn
-from jaxrl_llm.rollout.chat import completion_texts, prompt_ids
+from jaxrl_llm.rollout.chat import completion_texts, prompt_ids, response_rows
 from jaxrl_llm.rollout.inflight import WeightsSource
 from jaxrl_llm.runners.components import (
     Roles,
@@ -133,6 +133,7 @@ class Generated(NamedTuple):
       versions_bt: int32 [B, T] weight version of each completion token (-1 elsewhere) of a
         rollout with in-flight updates (the weights may change between decode chunks); else
         None (one version, the batch's).
+      references: the prompts' gold answers as completions (`Algorithm.reference_template`).
     """
 
     examples: list
@@ -143,6 +144,7 @@ class Generated(NamedTuple):
     work: Any
     seconds: dict[str, float]
     versions_bt: np.ndarray | None = None
+    references: References | None = None
 
 
 class OnlineRun:
@@ -250,10 +252,36 @@ class OnlineRun:
         if baseline is not None:
             greedy_out = roles.reward(texts, completion_texts(tokenizer, baseline), examples)
             baseline_rewards = np.repeat(greedy_out.total, group)
+        references = None
+        if self.algorithm.reference_template:
+            references = self.references(texts, ids, examples, width=rollout.tokens.shape[1])
         seconds = {"rollout": t_reward - t0, "reward": time.time() - t_reward}
         return Generated(
-            examples, rollout, completions, reward_out, baseline_rewards, work, seconds, versions_bt
+            examples,
+            rollout,
+            completions,
+            reward_out,
+            baseline_rewards,
+            work,
+            seconds,
+            versions_bt,
+            references,
         )
+
+    def references(self, texts, ids, examples, *, width: int) -> References:
+        """Each prompt's gold answer rendered by the algorithm's `reference_template`, laid out
+        like the rollout and scored by the reward role."""
+        template = self.algorithm.reference_template
+        responses = [template.format(answer=e.answer) for e in examples]
+        tokens, mask = response_rows(
+            self.parts.tokenizer,
+            ids,
+            responses,
+            width=width,
+            max_new_tokens=self.config.rollout.max_new_tokens,
+        )
+        rewards = self.roles.reward(texts, responses, examples).total
+        return References(tokens, mask, np.asarray(rewards, np.float32))
 
     def experience(self, generated: Generated) -> Experience:
         """`generated` plus what the algorithm's train-side roles add (reference log-probs,
@@ -266,6 +294,7 @@ class OnlineRun:
             ref_logp=None if roles.reference is None else roles.reference.logprobs(rollout.tokens),
             values=None if roles.critic is None else roles.critic.values(rollout.tokens),
             baseline_rewards=generated.baseline_rewards,
+            references=generated.references,
         )
 
     def proximal_logprobs(self, tokens_bt) -> np.ndarray:

@@ -132,6 +132,20 @@ def test_rrhf_hand_worked():
     _tight(loss, 14.0)
 
 
+def test_rrhf_without_fine_tuning_on_tied_groups():
+    # group 0 is the hand-worked one; group 1's rewards all tie: rank 0, and its fine-tuning
+    # term (mean logp of its first response) is kept only with ft_on_ties
+    logp = jnp.concatenate([RR_LOGP, RR_LOGP], axis=0)
+    mask = jnp.concatenate([RR_MASK, RR_MASK], axis=0)
+    rewards = jnp.concatenate([RR_REWARDS, jnp.zeros_like(RR_REWARDS)], axis=0)
+    first_mean = float((RR_LOGP[0, 0] * RR_MASK[0, 0]).sum() / RR_MASK[0, 0].sum())
+    loss, m = rrhf(logp, mask, rewards)
+    _tight(loss, (8.0 - first_mean) / 2)
+    loss, m = rrhf(logp, mask, rewards, ft_on_ties=False)
+    _tight(loss, 8.0 / 2)
+    _tight(m["ft_groups"], 0.5)
+
+
 def test_rrhf_gradient_hand_derived():
     # d L_rank / d p = (0, +2, -2) from the pairs above; d L_ft / d p_2 = -1; d p_i / d logp = 1/n_i.
     grad = jax.grad(lambda x: rrhf(x, RR_MASK, RR_REWARDS)[0])(RR_LOGP)
