@@ -1,17 +1,15 @@
-"""raft on SmolLM2-135M-Instruct and chain_sum (jaxrl_llm/runners/self_training.py): per
-iteration 64 prompts x 8 samples (temperature 0.7, 32 new tokens, as the RL runs sample), then 10
-SFT updates of 16 accepted records at learning rate 1e-5 (the SFT stage's)."""
+"""RAFT on SmolLM2-135M-Instruct and chain_sum: the ReST-EM config (rest_em_smollm2.py), but
+each M-step continues from the last policy and keeps the best of k samples of a prompt (one
+accepted completion)."""
 
-from jaxrl_llm.runners.self_training import self_training_config
+import os
+
+from jaxrl_llm.config import load_config
 
 
 def get_config():
-    config = self_training_config("raft")
-    s = config.self_training
-    s.iterations, s.num_prompts, s.samples_per_prompt = 10, 64, 8
-    s.temperature, s.max_new_tokens = 0.7, 32
-    s.steps_per_iteration, s.batch_size, s.max_length = 10, 16, 192
-    s.max_per_prompt = 1  # RAFT keeps the best of k
-    config.optimizer.learning_rate = 1e-5
-    config.optimizer.warmup_steps = 2
+    here = os.path.dirname(os.path.abspath(__file__))
+    config = load_config(os.path.join(here, "rest_em_smollm2.py"))
+    config.self_training.method = "raft"
+    config.self_training.max_per_prompt = 1
     return config

@@ -1,14 +1,13 @@
-"""raft (jaxrl_llm/runners/self_training.py) on the tiny random model: seconds, for tests."""
+"""RAFT on the tiny random model: rest_em_tiny.py with method "raft" (seconds, for tests)."""
 
-from jaxrl_llm.config import make_tiny
-from jaxrl_llm.runners.self_training import self_training_config
+import os
+
+from jaxrl_llm.config import load_config
 
 
 def get_config():
-    config = make_tiny(self_training_config("raft"))
-    with config.unlocked():
-        s = config.self_training
-        s.iterations, s.num_prompts, s.samples_per_prompt = 2, 4, 4
-        s.max_new_tokens, s.steps_per_iteration, s.batch_size, s.max_length = 8, 2, 4, 96
-        s.threshold = 0.0  # a random model is never right: accept everything (plumbing only)
+    config = load_config(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "rest_em_tiny.py")
+    )
+    config.self_training.method = "raft"
     return config

@@ -95,13 +95,18 @@ def dpo(
     chosen_b = beta * (pc - rc)
     rejected_b = beta * (pr - rr)
     mean = _weighted_mean(fn, weights_b, h_b)
+    return mean(losses_b), _reward_metrics(mean, chosen_b, rejected_b)
+
+
+def _reward_metrics(mean, chosen_b: jax.Array, rejected_b: jax.Array) -> dict[str, jax.Array]:
+    """The implicit rewards' means, margin and accuracy (chosen > rejected), no gradient."""
     metrics = {
         "chosen_rewards": mean(chosen_b),
         "rejected_rewards": mean(rejected_b),
         "reward_margin": mean(chosen_b - rejected_b),
-        "reward_accuracy": mean((chosen_b > rejected_b).astype(h_b.dtype)),
+        "reward_accuracy": mean((chosen_b > rejected_b).astype(chosen_b.dtype)),
     }
-    return mean(losses_b), jax.lax.stop_gradient(metrics)
+    return jax.lax.stop_gradient(metrics)
 
 
 def _weighted_mean(fn: str, weights_b: jax.Array | None, like_b: jax.Array):
@@ -188,6 +193,24 @@ def kto(
     return mean(losses_b), jax.lax.stop_gradient(metrics)
 
 
+def _mean_token_logps(fn: str, pc_b, pr_b, nc_b, nr_b) -> tuple[jax.Array, jax.Array]:
+    """Mean token log-probs of chosen and rejected completions ([B] sums over [B] lengths, a
+    length below 1 counted as 1), shapes checked."""
+    _checks.same_shape(
+        fn,
+        axes="[B]",
+        policy_chosen_logp_b=pc_b,
+        policy_rejected_logp_b=pr_b,
+        chosen_tokens_b=nc_b,
+        rejected_tokens_b=nr_b,
+    )
+    pc, pr = _checks.floating(pc_b, pr_b)
+    return (
+        pc / jnp.maximum(jnp.asarray(nc_b, pc.dtype), 1.0),
+        pr / jnp.maximum(jnp.asarray(nr_b, pr.dtype), 1.0),
+    )
+
+
 def simpo(
     policy_chosen_logp_b: jax.Array,
     policy_rejected_logp_b: jax.Array,
@@ -224,29 +247,16 @@ def simpo(
         raise ValueError(f"{fn}: beta={beta} must be > 0")
     if not 0.0 <= label_smoothing < 0.5:
         raise ValueError(f"{fn}: label_smoothing={label_smoothing} must be in [0, 0.5)")
-    _checks.same_shape(
-        fn,
-        axes="[B]",
-        policy_chosen_logp_b=policy_chosen_logp_b,
-        policy_rejected_logp_b=policy_rejected_logp_b,
-        chosen_tokens_b=chosen_tokens_b,
-        rejected_tokens_b=rejected_tokens_b,
+    mean_c, mean_r = _mean_token_logps(
+        fn, policy_chosen_logp_b, policy_rejected_logp_b, chosen_tokens_b, rejected_tokens_b
     )
-    pc, pr = _checks.floating(policy_chosen_logp_b, policy_rejected_logp_b)
-    chosen_b = beta * pc / jnp.maximum(jnp.asarray(chosen_tokens_b, pc.dtype), 1.0)
-    rejected_b = beta * pr / jnp.maximum(jnp.asarray(rejected_tokens_b, pr.dtype), 1.0)
+    chosen_b, rejected_b = beta * mean_c, beta * mean_r
     h_b = chosen_b - rejected_b - gamma
     losses_b = -(1.0 - label_smoothing) * jax.nn.log_sigmoid(h_b) - (
         label_smoothing * jax.nn.log_sigmoid(-h_b)
     )
     mean = _weighted_mean(fn, weights_b, h_b)
-    metrics = {
-        "chosen_rewards": mean(chosen_b),
-        "rejected_rewards": mean(rejected_b),
-        "reward_margin": mean(chosen_b - rejected_b),
-        "reward_accuracy": mean((chosen_b > rejected_b).astype(h_b.dtype)),
-    }
-    return mean(losses_b), jax.lax.stop_gradient(metrics)
+    return mean(losses_b), _reward_metrics(mean, chosen_b, rejected_b)
 
 
 def orpo(
@@ -281,17 +291,9 @@ def orpo(
     fn = "orpo"
     if not lam >= 0:
         raise ValueError(f"{fn}: lam={lam} must be >= 0")
-    _checks.same_shape(
-        fn,
-        axes="[B]",
-        policy_chosen_logp_b=policy_chosen_logp_b,
-        policy_rejected_logp_b=policy_rejected_logp_b,
-        chosen_tokens_b=chosen_tokens_b,
-        rejected_tokens_b=rejected_tokens_b,
+    mean_c, mean_r = _mean_token_logps(
+        fn, policy_chosen_logp_b, policy_rejected_logp_b, chosen_tokens_b, rejected_tokens_b
     )
-    pc, pr = _checks.floating(policy_chosen_logp_b, policy_rejected_logp_b)
-    mean_c = pc / jnp.maximum(jnp.asarray(chosen_tokens_b, pc.dtype), 1.0)
-    mean_r = pr / jnp.maximum(jnp.asarray(rejected_tokens_b, pr.dtype), 1.0)
 
     def log_odds(l_b):  # log(p / (1 - p)) with log p = l_b < 0
         return l_b - jnp.log(-jnp.expm1(jnp.minimum(l_b, -1e-6)))

@@ -35,19 +35,19 @@ from flax import nnx
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl
 from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.evals import EvalSet, Evaluator
-from jaxrl_llm.models.hf import save_hf
 from jaxrl_llm.roles import Learner, make_placement, place_batch
 from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import build_optimizer, load_policy
 from jaxrl_llm.runners.online_sync import eval_settings
-from jaxrl_llm.runners.reward_model import make_pairs
+from jaxrl_llm.runners.reward_model import PAIR_SECTION_FIELDS, make_pairs
 from jaxrl_llm.runners.supervised import (
     check_sampled_labels_section,
-    fit,
+    fit_policy,
     padded_width,
     split_by_group,
     stage_config,
     step_indices,
+    update_seconds,
     write_config,
     write_summary,
 )
@@ -90,15 +90,7 @@ def validate_preference_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of a preference config, and the fix."""
     p = config.preference
     validate_preference_section(p, "preference")
-    positive = (
-        "num_prompts",
-        "group_size",
-        "pairs_per_prompt",
-        "max_new_tokens",
-        "batch_size",
-        "max_length",
-    )
-    check_sampled_labels_section(config, "preference", positive)
+    check_sampled_labels_section(config, "preference", PAIR_SECTION_FIELDS)
     if p.pairs and not os.path.isfile(p.pairs):
         raise ValueError(f"config.preference.pairs={p.pairs!r} does not exist ('' makes pairs).")
     resolve_task(config.task.name, config.task.kwargs.to_dict())
@@ -265,29 +257,16 @@ def train_preference(config: ml_collections.ConfigDict, workdir: str, *, progres
     start_time = time.time()
     run = PreferenceRun(config, workdir)
 
-    def evaluate(when: str) -> dict[str, float]:
-        scalars = run.held_out()
-        wanted = {"before": config.eval.before, "after": config.eval.after}.get(when, False)
-        if wanted:
-            task = run.task_accuracy()
-            scalars.update({f"eval/task/{k}": v for k, v in task.items() if _number(v)})
-        return scalars
-
     train_start = time.time()
-    before, after = fit(
-        run.learner,
-        run.batch,
-        evaluate,
-        workdir=workdir,
-        num_steps=config.train.num_steps,
-        checkpoint_every=config.train.checkpoint_every,
+    before, after, model_dir = fit_policy(
+        run,
+        config,
+        workdir,
+        run.held_out,
         eval_every=config.preference.eval_every,
         desc=config.preference.loss_type.upper(),
         progress=progress,
-        max_time_s=config.train.max_time_s,
     )
-    nnx.update(run.model, run.learner.params)
-    save_hf(run.model, run.tokenizer, os.path.join(workdir, "model"))
     summary: dict[str, Any] = {
         "stage": "preference",
         "loss_type": config.preference.loss_type,
@@ -295,9 +274,10 @@ def train_preference(config: ml_collections.ConfigDict, workdir: str, *, progres
         "pairs": run.pair_stats,
         "before": before,
         "after": after,
-        "train_time_s": time.time() - train_start,
+        "train_time_s": time.time() - train_start,  # updates and evaluations
+        "update_time_s": update_seconds(workdir),
         "wall_time_s": time.time() - start_time,
-        "model": os.path.join(workdir, "model"),
+        "model": model_dir,
     }
     write_summary(workdir, summary)
     line = (
@@ -312,7 +292,3 @@ def train_preference(config: ml_collections.ConfigDict, workdir: str, *, progres
         )
     print(line + f"; model written to {summary['model']}")
     return summary
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

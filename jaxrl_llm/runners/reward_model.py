@@ -50,6 +50,16 @@ from jaxrl_llm.runners.supervised import (
     write_summary,
 )
 
+# The positive integers of a section that makes pairs and trains on them (`rm`, `preference`).
+PAIR_SECTION_FIELDS = (
+    "num_prompts",
+    "group_size",
+    "pairs_per_prompt",
+    "max_new_tokens",
+    "batch_size",
+    "max_length",
+)
+
 
 def rm_section() -> ml_collections.ConfigDict:
     """The `config.rm` fields."""
@@ -75,15 +85,7 @@ def rm_config() -> ml_collections.ConfigDict:
 def validate_rm_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of a reward-model config, and the fix."""
     r = config.rm
-    positive = (
-        "num_prompts",
-        "group_size",
-        "pairs_per_prompt",
-        "max_new_tokens",
-        "batch_size",
-        "max_length",
-    )
-    check_sampled_labels_section(config, "rm", positive)
+    check_sampled_labels_section(config, "rm", PAIR_SECTION_FIELDS)
     if r.pairs and not os.path.isfile(r.pairs):
         raise ValueError(f"config.rm.pairs={r.pairs!r} does not exist ('' makes pairs).")
     resolve_task(config.task.name, config.task.kwargs.to_dict())
@@ -95,6 +97,7 @@ def make_pairs(config, policy, tokenizer, path: str, *, section: str = "rm") -> 
     fields (num_prompts, group_size, pairs_per_prompt, temperature, max_new_tokens): the
     reward-model stage's `rm`, the offline preference stage's `preference`."""
     r, task = config[section], config.task
+    start = time.time()
     source = task_source(
         task.name, seed=config.seed, size=task.train_size, overrides=task.kwargs.to_dict()
     )
@@ -123,6 +126,7 @@ def make_pairs(config, policy, tokenizer, path: str, *, section: str = "rm") -> 
         "prompts": len(examples),
         "pairs": len(pairs),
         "sample_accuracy": float(np.mean(correct_fraction)) if correct_fraction else 0.0,
+        "seconds": time.time() - start,
     }
 
 

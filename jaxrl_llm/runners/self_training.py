@@ -49,6 +49,7 @@ from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import build_optimizer, load_policy
 from jaxrl_llm.runners.online_sync import eval_settings
 from jaxrl_llm.runners.supervised import (
+    check_positive_ints,
     fit,
     sample_groups,
     stage_config,
@@ -104,11 +105,7 @@ def validate_self_training_config(config: ml_collections.ConfigDict) -> None:
         "max_length",
         "pack_row_multiple",
     )
-    for field in positive:
-        if not isinstance(s[field], int) or s[field] < 1:
-            raise ValueError(
-                f"config.self_training.{field}={s[field]!r} must be a positive integer."
-            )
+    check_positive_ints(config, "self_training", positive)
     if not s.temperature > 0:
         raise ValueError(
             f"config.self_training.temperature={s.temperature} must be > 0 (the E-step samples)."
@@ -276,27 +273,26 @@ def train_self_training(config: ml_collections.ConfigDict, workdir: str, *, prog
         before = run.accuracy()
         _write_json(os.path.join(workdir, "before.json"), before)
     writer = MetricsWriter(workdir)
-    iterations = []
+    iterations, finished_dir, trained_here = [], None, False
     try:
         for i in range(s.iterations):
             directory = os.path.join(workdir, f"iteration_{i}")
             os.makedirs(directory, exist_ok=True)
             done = _read_json(os.path.join(directory, "done.json"))
-            if done is not None:  # finished before a restart: its policy is the newest
-                iterations.append(done)
-                if (
-                    i + 1 == s.iterations
-                    or _read_json(os.path.join(workdir, f"iteration_{i + 1}", "done.json")) is None
-                ):
-                    run.restore_iteration(directory)
-                continue
-            done = _iteration(run, i, directory, progress=progress)
+            if done is None:
+                if finished_dir is not None and not trained_here:  # resumed: newest policy
+                    run.restore_iteration(finished_dir)
+                done = _iteration(run, i, directory, progress=progress)
+                trained_here = True
+                writer.write_scalars(i + 1, {f"iteration/{k}": v for k, v in done.items()})
             iterations.append(done)
-            writer.write_scalars(i + 1, {f"iteration/{k}": v for k, v in done.items()})
+            finished_dir = directory
             spent = sum(it["e_step_s"] + it["m_step_s"] for it in iterations)
             if config.train.max_time_s and spent > config.train.max_time_s and i + 1 < s.iterations:
                 print(f"[jaxrl_llm] stopping after iteration {i + 1}: train.max_time_s spent")
                 break
+        if finished_dir is not None and not trained_here:  # every iteration was done before
+            run.restore_iteration(finished_dir)
     finally:
         writer.close()
     nnx.update(run.model, run.learner.params)

@@ -38,12 +38,17 @@ from jaxrl_llm.data.sft import (
 )
 from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet, Evaluator
-from jaxrl_llm.models.hf import save_hf
 from jaxrl_llm.roles import Learner, make_placement, place_batch
 from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import build_optimizer, load_policy
 from jaxrl_llm.runners.online_sync import eval_settings
-from jaxrl_llm.runners.supervised import fit, step_indices, write_config, write_summary
+from jaxrl_llm.runners.supervised import (
+    check_positive_ints,
+    fit_policy,
+    step_indices,
+    write_config,
+    write_summary,
+)
 from jaxrl_llm.training.sft import make_sft_batch, sft_loss, token_accuracy, tokenize_records
 
 
@@ -77,9 +82,9 @@ def sft_config() -> ml_collections.ConfigDict:
 def validate_sft_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of an SFT config, and the fix."""
     s = config.sft
-    for field in ("batch_size", "max_length", "eval_records", "pack_row_multiple"):
-        if not isinstance(s[field], int) or s[field] < 1:
-            raise ValueError(f"config.sft.{field}={s[field]!r} must be a positive integer.")
+    check_positive_ints(
+        config, "sft", ("batch_size", "max_length", "eval_records", "pack_row_multiple")
+    )
     if not isinstance(s.eval_every, int) or s.eval_every < 0:
         raise ValueError(f"config.sft.eval_every={s.eval_every!r} must be an integer >= 0.")
     if not isinstance(config.train.num_steps, int) or config.train.num_steps < 1:
@@ -212,43 +217,27 @@ def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool
     write_config(config, workdir)
     run = SftRun(config, workdir)
 
-    def evaluate(when: str) -> dict[str, float]:
-        scalars = run.held_out_loss()
-        # the task's greedy accuracy before and after (a decode of the held-out prompts)
-        wanted = {"before": config.eval.before, "after": config.eval.after}.get(when, False)
-        task = run.task_accuracy() if wanted else None
-        scalars.update({f"eval/task/{k}": v for k, v in (task or {}).items() if _number(v)})
-        return scalars
-
     start_time = time.time()
-    before, after = fit(
-        run.learner,
-        run.batch,
-        evaluate,
-        workdir=workdir,
-        num_steps=config.train.num_steps,
-        checkpoint_every=config.train.checkpoint_every,
+    before, after, model_dir = fit_policy(
+        run,
+        config,
+        workdir,
+        run.held_out_loss,
         eval_every=config.sft.eval_every,
         desc="SFT",
         progress=progress,
     )
-    nnx.update(run.model, run.learner.params)
-    save_hf(run.model, run.tokenizer, os.path.join(workdir, "model"))
     summary = {
         "stage": "sft",
         "steps": config.train.num_steps,
         "before": before,
         "after": after,
         "train_time_s": time.time() - start_time,
-        "model": os.path.join(workdir, "model"),
+        "model": model_dir,
     }
     write_summary(workdir, summary)
     _print_summary(summary)
     return summary
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

@@ -63,6 +63,7 @@ def fit(
             metrics = jax.device_get(learner.update(batch_of_step(step)))
             spent += time.time() - t0
             scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
+            scalars["time/update_s"] = time.time() - t0
             out_of_time = bool(max_time_s) and spent > max_time_s
             if eval_every and (step + 1) % eval_every == 0 and step + 1 < num_steps:
                 scalars.update(evaluate("during"))
@@ -82,6 +83,15 @@ def fit(
         checkpointer.close()
         writer.close()
     return meta["before"], after
+
+
+def update_seconds(workdir: str) -> float:
+    """Seconds the updates of a `fit` run took, over every process that wrote `workdir` (the
+    last row of each step counts: a resumed run rewrites the steps it redoes)."""
+    from jaxrl_llm.metrics import read_metrics
+
+    last = {r["step"]: r["time/update_s"] for r in read_metrics(workdir) if "time/update_s" in r}
+    return float(sum(last.values()))
 
 
 def step_indices(seed: int, step: int, batch_size: int, count: int) -> np.ndarray:
@@ -216,6 +226,26 @@ def scalar_head_learner(policy, config, loss_fn: Callable[..., Any]):
     return model, Learner(model, optimizer, loss, mesh)
 
 
+def fit_stage(
+    run, config, workdir: str, evaluate: Callable[[str], dict[str, float]], *, eval_every: int,
+    desc: str, progress: bool,
+) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
+    """`fit` of a stage's `run.learner` on `run.batch`, with the config's steps, checkpoint
+    interval and time budget (`train.num_steps`, `checkpoint_every`, `max_time_s`)."""
+    return fit(
+        run.learner,
+        run.batch,
+        evaluate,
+        workdir=workdir,
+        num_steps=config.train.num_steps,
+        checkpoint_every=config.train.checkpoint_every,
+        eval_every=eval_every,
+        desc=desc,
+        progress=progress,
+        max_time_s=config.train.max_time_s,
+    )
+
+
 def fit_scalar_model(
     run, config, workdir: str, *, name: str, eval_every: int, desc: str, progress: bool
 ) -> tuple[dict[str, float], dict[str, float], str]:
@@ -229,16 +259,8 @@ def fit_scalar_model(
 
     from jaxrl_llm.models.heads import save_scalar_model
 
-    before, after = fit(
-        run.learner,
-        run.batch,
-        run.evaluate,
-        workdir=workdir,
-        num_steps=config.train.num_steps,
-        checkpoint_every=config.train.checkpoint_every,
-        eval_every=eval_every,
-        desc=desc,
-        progress=progress,
+    before, after = fit_stage(
+        run, config, workdir, run.evaluate, eval_every=eval_every, desc=desc, progress=progress
     )
     nnx.update(run.model, run.learner.params)
     directory = os.path.join(workdir, name)
@@ -260,14 +282,57 @@ def stage_config(stage: str, section: str, fields: ml_collections.ConfigDict):
     return c
 
 
+def check_positive_ints(config, section: str, fields: tuple[str, ...]) -> None:
+    """Raises ValueError naming the first of `config.<section>.<field>` that is not an integer
+    >= 1."""
+    for field in fields:
+        value = config[section][field]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"config.{section}.{field}={value!r} must be a positive integer.")
+
+
+def fit_policy(
+    run, config, workdir: str, held_out: Callable[[], dict[str, float]], *, eval_every: int,
+    desc: str, progress: bool,
+) -> tuple[dict[str, float], dict[str, float], str]:  # fmt: skip
+    """`fit` of a stage that trains the policy itself (SFT, offline preference): `held_out()`
+    at every evaluation, plus the task's held-out greedy metrics (`run.task_accuracy()`, as
+    "eval/task/<metric>") before and after when `config.eval.before` / `.after` ask; then the
+    policy (`run.model`, `run.tokenizer`) saved as a Hugging Face directory `<workdir>/model`.
+
+    Returns:
+      (evaluation before, evaluation after, the saved policy's directory).
+    """
+    from flax import nnx
+
+    from jaxrl_llm.models.hf import save_hf
+
+    def evaluate(when: str) -> dict[str, float]:
+        scalars = held_out()
+        if {"before": config.eval.before, "after": config.eval.after}.get(when, False):
+            task = run.task_accuracy() or {}
+            scalars.update({f"eval/task/{k}": v for k, v in task.items() if _is_number(v)})
+        return scalars
+
+    before, after = fit_stage(
+        run, config, workdir, evaluate, eval_every=eval_every, desc=desc, progress=progress
+    )
+    nnx.update(run.model, run.learner.params)
+    directory = os.path.join(workdir, "model")
+    save_hf(run.model, run.tokenizer, directory)
+    return before, after, directory
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def check_sampled_labels_section(config, section: str, positive: tuple[str, ...]) -> None:
     """The checks a reward-model stage's section shares (labels from the policy's samples):
     the `positive` fields are positive integers, `eval_fraction` in (0, 1), `temperature` > 0,
     `eval_every` >= 0, `train.num_steps` >= 1. Raises ValueError naming the field."""
     s = config[section]
-    for field in positive:
-        if not isinstance(s[field], int) or s[field] < 1:
-            raise ValueError(f"config.{section}.{field}={s[field]!r} must be a positive integer.")
+    check_positive_ints(config, section, positive)
     if not 0 < s.eval_fraction < 1:
         raise ValueError(f"config.{section}.eval_fraction={s.eval_fraction} must be in (0, 1).")
     if not s.temperature > 0:
