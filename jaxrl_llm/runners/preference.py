@@ -24,6 +24,7 @@ import functools
 import hashlib
 import os
 import time
+import zipfile
 from typing import Any
 
 import jax
@@ -188,9 +189,12 @@ class PreferenceRun:
         key += f" {self.config.preference.max_length}"
         cache = os.path.join(self.workdir, "reference_logps.npz")
         if os.path.isfile(cache):
-            with np.load(cache) as saved:
-                if str(saved["key"]) == key:
-                    return saved["ref_logp"]
+            try:
+                with np.load(cache) as saved:
+                    if str(saved["key"]) == key:
+                        return saved["ref_logp"]
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:  # recomputed below
+                print(f"[jaxrl_llm] {cache} is unreadable ({type(e).__name__}); recomputing it")
         size, out = self.config.preference.batch_size, []
         zeros = np.zeros((len(self.encoded), 2), np.float32)
         for start in range(0, len(self.encoded), size):

@@ -146,7 +146,10 @@ class SelfTrainingRun:
         optimizer = build_optimizer(config.optimizer, s.steps_per_iteration)
         loss = functools.partial(sft_loss, remat=config.train.remat)
         self.learner = Learner(self.model, optimizer, loss, mesh)
-        self.base_params = jax.tree.map(jax.numpy.copy, self.learner.params)
+        # ReST-EM's M-steps start from these; RAFT needs no copy
+        self.base_params = None
+        if s.method == "rest_em":
+            self.base_params = jax.tree.map(jax.numpy.copy, self.learner.params)
         kwargs = task.kwargs.to_dict()
         self.pool = task_source(task.name, seed=config.seed, size=task.train_size, overrides=kwargs)
         self.eval_examples = list(
@@ -250,8 +253,9 @@ def _read_json(path: str) -> dict[str, Any] | None:
 
 
 def _write_json(path: str, value: dict[str, Any]) -> None:
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(value, f, indent=2)
+    os.replace(path + ".tmp", path)  # a kill mid-write leaves the old file or none
 
 
 def _write_records(path: str, records: list[SftRecord]) -> None:

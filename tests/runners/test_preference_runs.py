@@ -206,6 +206,19 @@ def test_offline_dpo_resumes_with_its_cached_reference(tmp_path):
     )
 
 
+def test_a_corrupt_reference_cache_is_recomputed(tmp_path):
+    flags = {"preference.pairs": _pairs(tmp_path / "pairs.jsonl"), "train.num_steps": 1}
+    flags.update({"eval.before": False, "eval.after": False})
+    run_stage(_config("dpo", **flags), str(tmp_path / "a"), progress=False)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "reference_logps.npz").write_bytes(b"not a zip file")
+    run_stage(_config("dpo", **flags), str(tmp_path / "b"), progress=False)
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "b" / "reference_logps.npz")["ref_logp"],
+        np.load(tmp_path / "a" / "reference_logps.npz")["ref_logp"],
+    )
+
+
 def test_offline_dpo_makes_pairs_from_the_policys_samples(tmp_path, text_reward):
     config = _config("dpo", **{"train.num_steps": 2, "eval.before": False, "eval.after": False})
     summary = run_stage(config, str(tmp_path), progress=False)
