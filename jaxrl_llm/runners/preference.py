@@ -34,19 +34,18 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl
-from jaxrl_llm.data.presets import resolve_task, task_source
-from jaxrl_llm.evals import EvalSet, Evaluator
-from jaxrl_llm.roles import Learner, make_placement, place_batch
-from jaxrl_llm.runners import components
-from jaxrl_llm.runners.components import build_optimizer, load_policy
-from jaxrl_llm.runners.online_sync import eval_settings
+from jaxrl_llm.data.presets import resolve_task
+from jaxrl_llm.roles import place_batch
+from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.reward_model import PAIR_SECTION_FIELDS, make_pairs
 from jaxrl_llm.runners.supervised import (
     check_sampled_labels_section,
     fit_policy,
+    greedy_evaluation,
     padded_width,
     split_by_group,
     stage_config,
+    stage_learner,
     step_indices,
     update_seconds,
     write_config,
@@ -159,10 +158,9 @@ class PreferenceRun:
         self.loss_config = PreferenceLossConfig.from_section(
             p, temperature=1.0, remat=config.train.remat
         )
-        mesh = make_placement(config.placement).train_mesh
-        optimizer = build_optimizer(config.optimizer, config.train.num_steps)
         loss = functools.partial(preference_loss, config=self.loss_config)
-        self.learner = Learner(self.model, optimizer, loss, mesh)
+        self.learner = stage_learner(self.model, config, loss, num_steps=config.train.num_steps)
+        self._task_metrics = greedy_evaluation(config, self.model, self.tokenizer)
         graphdef, eval_config = self.learner.graphdef, self.loss_config
         self._logp_fn = jax.jit(
             lambda params, tokens, mask: completion_logprobs(
@@ -240,18 +238,7 @@ class PreferenceRun:
 
     def task_accuracy(self) -> dict[str, float]:
         """Held-out greedy task metrics (`config.eval`) of the current policy."""
-        task = self.config.task
-        examples = list(
-            task_source(
-                task.name, seed=task.eval_seed, size=task.eval_size,
-                overrides=task.kwargs.to_dict(),
-            )
-        )  # fmt: skip
-        evaluator = Evaluator(
-            self.model, self.tokenizer, components.build_rewards(self.config),
-            eval_settings(self.config),
-        )  # fmt: skip
-        return evaluator([EvalSet(task.name, examples)], params=self.learner.params)[task.name]
+        return self._task_metrics(self.learner.params)
 
 
 def train_preference(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):

@@ -41,18 +41,17 @@ from flax import nnx
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like
 from jaxrl_llm.data.presets import resolve_task, task_source
 from jaxrl_llm.data.sft import SftRecord, read_sft_jsonl
-from jaxrl_llm.evals import EvalSet, Evaluator
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.models.hf import save_hf
-from jaxrl_llm.roles import Learner, make_placement, place_batch
-from jaxrl_llm.runners import components
-from jaxrl_llm.runners.components import build_optimizer, load_policy
-from jaxrl_llm.runners.online_sync import eval_settings
+from jaxrl_llm.roles import place_batch
+from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.supervised import (
     check_positive_ints,
     fit,
+    greedy_evaluation,
     sample_groups,
     stage_config,
+    stage_learner,
     step_indices,
     write_config,
     write_summary,
@@ -142,30 +141,22 @@ class SelfTrainingRun:
         self.config, self.workdir = config, workdir
         s, task = config.self_training, config.task
         self.model, self.tokenizer = load_policy(config)
-        mesh = make_placement(config.placement).train_mesh
-        optimizer = build_optimizer(config.optimizer, s.steps_per_iteration)
         loss = functools.partial(sft_loss, remat=config.train.remat)
-        self.learner = Learner(self.model, optimizer, loss, mesh)
+        self.learner = stage_learner(self.model, config, loss, num_steps=s.steps_per_iteration)
         # ReST-EM's M-steps start from these; RAFT needs no copy
         self.base_params = None
         if s.method == "rest_em":
             self.base_params = jax.tree.map(jax.numpy.copy, self.learner.params)
         kwargs = task.kwargs.to_dict()
         self.pool = task_source(task.name, seed=config.seed, size=task.train_size, overrides=kwargs)
-        self.eval_examples = list(
-            task_source(task.name, seed=task.eval_seed, size=task.eval_size, overrides=kwargs)
-        )
-        self.evaluator = Evaluator(
-            self.model, self.tokenizer, components.build_rewards(config), eval_settings(config)
-        )
+        self._task_metrics = greedy_evaluation(config, self.model, self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.records: list[SftRecord] = []
         self._sequences: dict[int, Any] = {}
 
     def accuracy(self) -> dict[str, float]:
         """Held-out greedy metrics of the current policy (`config.eval`)."""
-        name = self.config.task.name
-        return self.evaluator([EvalSet(name, self.eval_examples)], params=self.learner.params)[name]
+        return self._task_metrics(self.learner.params)
 
     def prompts(self, iteration: int) -> list:
         """The E-step prompts of `iteration`: the next `num_prompts` of the training pool."""

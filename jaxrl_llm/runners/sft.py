@@ -37,14 +37,14 @@ from jaxrl_llm.data.sft import (
     records_from_examples,
 )
 from jaxrl_llm.data.tfds_source import TfdsSource
-from jaxrl_llm.evals import EvalSet, Evaluator
-from jaxrl_llm.roles import Learner, make_placement, place_batch
-from jaxrl_llm.runners import components
-from jaxrl_llm.runners.components import build_optimizer, load_policy
-from jaxrl_llm.runners.online_sync import eval_settings
+from jaxrl_llm.evals import EvalSet
+from jaxrl_llm.roles import place_batch
+from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.supervised import (
     check_positive_ints,
     fit_policy,
+    greedy_evaluation,
+    stage_learner,
     step_indices,
     write_config,
     write_summary,
@@ -149,10 +149,14 @@ class SftRun:
         self._tokenized: dict[int, Any] = {}  # train record index -> SftSequence, on first use
         self.eval_sequences = tokenize_records(self.tokenizer, held_out, **options)
         self.pad_id = self.tokenizer.pad_token_id or 0
-        mesh = make_placement(config.placement).train_mesh
-        optimizer = build_optimizer(config.optimizer, config.train.num_steps)
         loss = functools.partial(sft_loss, remat=config.train.remat)
-        self.learner = Learner(self.model, optimizer, loss, mesh)
+        self.learner = stage_learner(self.model, config, loss, num_steps=config.train.num_steps)
+        self._task_metrics = None
+        if self.eval_examples:  # held-out greedy accuracy needs records with answers
+            name = config.task.name if s.data == "task" else "held_out"
+            self._task_metrics = greedy_evaluation(
+                config, self.model, self.tokenizer, EvalSet(name, self.eval_examples)
+            )
         self._eval_fn = jax.jit(
             lambda params, batch: (
                 sft_loss(nnx.merge(self.learner.graphdef, params), batch)[0],
@@ -198,17 +202,9 @@ class SftRun:
 
     def task_accuracy(self) -> dict[str, float] | None:
         """Held-out greedy task metrics (`config.eval`), when the records carry answers."""
-        if not self.eval_examples:
+        if self._task_metrics is None:
             return None
-        evaluator = Evaluator(
-            self.model,
-            self.tokenizer,
-            components.build_rewards(self.config),
-            eval_settings(self.config),
-        )
-        name = self.config.task.name if self.config.sft.data == "task" else "held_out"
-        results = evaluator([EvalSet(name, self.eval_examples)], params=self.learner.params)
-        return results[name]
+        return self._task_metrics(self.learner.params)
 
 
 def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):

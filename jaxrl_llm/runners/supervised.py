@@ -61,9 +61,10 @@ def fit(
         for step in range(meta["step"], num_steps):
             t0 = time.time()
             metrics = jax.device_get(learner.update(batch_of_step(step)))
-            spent += time.time() - t0
+            update_s = time.time() - t0
+            spent += update_s
             scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
-            scalars["time/update_s"] = time.time() - t0
+            scalars["time/update_s"] = update_s
             out_of_time = bool(max_time_s) and spent > max_time_s
             if eval_every and (step + 1) % eval_every == 0 and step + 1 < num_steps:
                 scalars.update(evaluate("during"))
@@ -205,6 +206,36 @@ def write_summary(workdir: str, summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def stage_learner(model, config, loss: Callable[..., Any], *, num_steps: int) -> Learner:
+    """A supervised stage's `Learner` of `model`: `loss(model, batch)` minimised by the config's
+    optimizer (its schedule spread over `num_steps` updates) on the placement's train mesh."""
+    from jaxrl_llm.roles import make_placement
+    from jaxrl_llm.runners.components import build_optimizer
+
+    mesh = make_placement(config.placement).train_mesh
+    return Learner(model, build_optimizer(config.optimizer, num_steps), loss, mesh)
+
+
+def greedy_evaluation(config, model, tokenizer, eval_set=None) -> Callable[[Any], dict[str, float]]:
+    """`params -> metrics`: the held-out greedy evaluation (`config.eval`, scored by
+    `config.rewards`) of `eval_set`, by default the run's task's held-out prompts
+    (`components.build_eval_sets`). One `Evaluator` serves every call, so the decode compiles
+    once per run."""
+    from jaxrl_llm.evals import Evaluator
+    from jaxrl_llm.runners import components
+    from jaxrl_llm.runners.online_sync import eval_settings
+
+    if eval_set is None:
+        (eval_set,) = components.build_eval_sets(config, [config.task.name])
+    rewards = components.build_rewards(config)
+    evaluator = Evaluator(model, tokenizer, rewards, eval_settings(config))
+
+    def metrics(params) -> dict[str, float]:
+        return evaluator([eval_set], params=params)[eval_set.name]
+
+    return metrics
+
+
 def scalar_head_learner(policy, config, loss_fn: Callable[..., Any]):
     """A reward-model stage's model and its `Learner`: a `ScalarHeadModel` on `policy`'s trunk
     with a fresh head, trained by `loss_fn(model, batch, *, remat)` with the config's optimizer,
@@ -216,14 +247,10 @@ def scalar_head_learner(policy, config, loss_fn: Callable[..., Any]):
     import functools
 
     from jaxrl_llm.models.heads import ScalarHeadModel
-    from jaxrl_llm.roles import make_placement
-    from jaxrl_llm.runners.components import build_optimizer
 
     model = ScalarHeadModel.from_policy(policy, seed=config.seed, head_init="normal")
-    mesh = make_placement(config.placement).train_mesh
-    optimizer = build_optimizer(config.optimizer, config.train.num_steps)
     loss = functools.partial(loss_fn, remat=config.train.remat)
-    return model, Learner(model, optimizer, loss, mesh)
+    return model, stage_learner(model, config, loss, num_steps=config.train.num_steps)
 
 
 def fit_stage(

@@ -148,6 +148,11 @@ def pair_loss(
     c = config
     pc, pr, nc, nr = logp_m[0::2], logp_m[1::2], tokens_m[0::2], tokens_m[1::2]
     rc, rr = ref_logp_m[0::2], ref_logp_m[1::2]
+    total = jnp.maximum(weights_p.sum(), 1e-9)
+
+    def pair_mean(x_p):  # a metric: the weighted mean over real pairs, no gradient
+        return jax.lax.stop_gradient((weights_p * x_p).sum() / total)
+
     if c.loss_type in ("sigmoid", "hinge"):
         loss, metrics = losses.dpo(
             pc, pr, rc, rr, beta=c.beta, loss_type=c.loss_type,
@@ -167,8 +172,7 @@ def pair_loss(
             weights_b=jnp.repeat(weights_p, 2),
         )  # fmt: skip
         gap_p = (pc - rc) - (pr - rr)  # KTO has no pairs; its pairs here still rank
-        total = jnp.maximum(weights_p.sum(), 1e-9)
-        metrics["reward_accuracy"] = jax.lax.stop_gradient((weights_p * (gap_p > 0)).sum() / total)
+        metrics["reward_accuracy"] = pair_mean(gap_p > 0)
     elif c.loss_type == "simpo":
         loss, metrics = losses.simpo(
             pc, pr, nc, nr, beta=c.beta, gamma=c.simpo_gamma,
@@ -178,11 +182,10 @@ def pair_loss(
         loss, metrics = losses.orpo(pc, pr, nc, nr, lam=c.beta, weights_b=weights_p)
     else:
         raise ValueError(f"pair_loss: loss_type={c.loss_type!r} not in {PREFERENCE_LOSSES}.")
-    total = jnp.maximum(weights_p.sum(), 1e-9)
     metrics = dict(
         metrics,
-        chosen_logp=jax.lax.stop_gradient((weights_p * pc).sum() / total),
-        rejected_logp=jax.lax.stop_gradient((weights_p * pr).sum() / total),
+        chosen_logp=pair_mean(pc),
+        rejected_logp=pair_mean(pr),
     )
     return loss, metrics
 
