@@ -1,6 +1,12 @@
-"""Llama-family decoders in Flax NNX, their loaders (GGUF, Hugging Face) and tokenizer."""
+"""Llama-family and Gemma 3 decoders in Flax NNX, their loaders (GGUF, HF) and tokenizer."""
 
-from jaxrl_llm.models.config import ModelConfig, RopeScaling, tiny_config
+from jaxrl_llm.models.config import (
+    ModelConfig,
+    RopeScaling,
+    interleaved_layer_types,
+    tiny_config,
+    tiny_gemma3_config,
+)
 from jaxrl_llm.models.gguf_loader import load_gguf
 from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model, save_scalar_model
 from jaxrl_llm.models.hf import load_hf_directory, save_hf
@@ -8,10 +14,11 @@ from jaxrl_llm.models.layers import LayerKV
 from jaxrl_llm.models.registry import (
     DEFAULT_MODEL,
     KNOWN_MODELS,
+    PackagedModel,
     from_pretrained,
     resolve_model_path,
 )
-from jaxrl_llm.models.tokenizer import Tokenizer
+from jaxrl_llm.models.tokenizer import PLAIN_TEMPLATE, Tokenizer
 from jaxrl_llm.models.transformer import (
     KV_CACHE_LOGICAL_AXES,
     REMAT_POLICIES,
@@ -27,6 +34,8 @@ __all__ = [
     "KVCache",
     "LayerKV",
     "ModelConfig",
+    "PLAIN_TEMPLATE",
+    "PackagedModel",
     "REMAT_POLICIES",
     "RopeScaling",
     "ScalarHeadModel",
@@ -34,6 +43,7 @@ __all__ = [
     "Transformer",
     "from_pretrained",
     "init_model",
+    "interleaved_layer_types",
     "load_gguf",
     "load_hf_directory",
     "load_scalar_model",
@@ -41,4 +51,5 @@ __all__ = [
     "save_hf",
     "save_scalar_model",
     "tiny_config",
+    "tiny_gemma3_config",
 ]

@@ -1,4 +1,4 @@
-"""Hyper-parameters of the Llama-family decoder (Llama 2/3, SmolLM2, Qwen2).
+"""Hyper-parameters of the decoder families: Llama 2/3, SmolLM2, Qwen2 and Gemma 3.
 
 One frozen dataclass describes every architecture the loaders read; `validate()` runs in
 `__post_init__`, so a config that cannot build a model fails where it is written, with the field
@@ -13,6 +13,12 @@ from typing import Any
 import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+# Per-layer attention kinds (Hugging Face's `layer_types` names).
+GLOBAL_ATTENTION, LOCAL_ATTENTION = "full_attention", "sliding_attention"
+LAYER_TYPES = (GLOBAL_ATTENTION, LOCAL_ATTENTION)
+# MLP gate activations: SwiGLU (Llama) and GeGLU with gelu's tanh approximation (Gemma).
+MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,23 @@ class ModelConfig:
       max_position_embeddings: the longest context the model was trained for (informational).
       dtype: "float32" or "bfloat16": parameters and activations. Log-softmax always upcasts.
       bos_token_id, eos_token_id: ids from the checkpoint, for tokenizers that do not name them.
+
+    Gemma 3 fields ("Gemma 3 Technical Report", arXiv:2503.19786); the defaults give Llama:
+      layer_types: per layer "full_attention" (global) or "sliding_attention" (local, attends to
+        the `sliding_window` latest positions); None: every layer global. Gemma 3 interleaves
+        5 local : 1 global (`interleaved_layer_types`).
+      sliding_window: W; a local layer's query at position p sees keys at p - W < s <= p.
+      rope_local_theta: RoPE base frequency of local layers (Gemma 3: 10k; `rope_theta` is the
+        global layers', 1M); None: `rope_theta` for every layer.
+      qk_norm: RMSNorm over head_dim on queries and keys, before RoPE.
+      post_norms: RMSNorm on the attention and the MLP outputs before each residual add
+        (4 norms a layer: "sandwich" norms).
+      norm_offset: RMSNorm multiplies by (norm_offset + scale); Gemma's 1.0 (its scales are stored
+        as offsets from 1, in Hugging Face checkpoints and in ours).
+      mlp_activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, gelu's tanh approximation).
+      scale_embeddings: multiply the token embeddings by sqrt(hidden_size), in the model dtype.
+      query_pre_attn_scalar: attention scores are divided by sqrt(query_pre_attn_scalar);
+        None: by sqrt(head_dim).
     """
 
     vocab_size: int
@@ -71,8 +94,19 @@ class ModelConfig:
     dtype: str = "float32"
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    sliding_window: int | None = None
+    rope_local_theta: float | None = None
+    qk_norm: bool = False
+    post_norms: bool = False
+    norm_offset: float = 0.0
+    mlp_activation: str = "silu"
+    scale_embeddings: bool = False
+    query_pre_attn_scalar: float | None = None
 
     def __post_init__(self):
+        if self.layer_types is not None:  # JSON round trips give lists; keep the config hashable
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
         if self.head_dim is None:
             if self.num_heads <= 0 or self.hidden_size % self.num_heads:
                 raise ValueError(
@@ -109,6 +143,51 @@ class ModelConfig:
             raise ValueError(f"ModelConfig: dtype={self.dtype!r} is not one of {sorted(_DTYPES)}.")
         if self.rms_norm_eps <= 0:
             raise ValueError(f"ModelConfig: rms_norm_eps={self.rms_norm_eps} must be > 0.")
+        self._validate_gemma_fields()
+
+    def _validate_gemma_fields(self) -> None:
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.num_layers:
+                raise ValueError(
+                    f"ModelConfig: layer_types has {len(self.layer_types)} entries but "
+                    f"num_layers={self.num_layers}; give one per layer."
+                )
+            bad = sorted(set(self.layer_types) - set(LAYER_TYPES))
+            if bad:
+                raise ValueError(f"ModelConfig: layer_types holds {bad}, not one of {LAYER_TYPES}.")
+        if self.has_local_layers and (
+            not isinstance(self.sliding_window, int) or self.sliding_window <= 0
+        ):
+            raise ValueError(
+                f"ModelConfig: sliding_window={self.sliding_window!r} must be a positive integer "
+                f"when layer_types has {LOCAL_ATTENTION!r} layers."
+            )
+        if self.sliding_window is not None and not self.has_local_layers:
+            raise ValueError(
+                f"ModelConfig: sliding_window={self.sliding_window} is set but no layer is "
+                f"local; mark the local layers in layer_types ({LOCAL_ATTENTION!r})."
+            )
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ValueError(
+                f"ModelConfig: mlp_activation={self.mlp_activation!r} is not one of "
+                f"{MLP_ACTIVATIONS}."
+            )
+        if self.norm_offset not in (0.0, 1.0):
+            raise ValueError(
+                f"ModelConfig: norm_offset={self.norm_offset} must be 0.0 (Llama) or 1.0 (Gemma)."
+            )
+        if self.query_pre_attn_scalar is not None and self.query_pre_attn_scalar <= 0:
+            raise ValueError(
+                f"ModelConfig: query_pre_attn_scalar={self.query_pre_attn_scalar} must be > 0 "
+                "(or None for head_dim)."
+            )
+        if self.rope_local_theta is not None and self.rope_local_theta <= 0:
+            raise ValueError(f"ModelConfig: rope_local_theta={self.rope_local_theta} must be > 0.")
+
+    @property
+    def has_local_layers(self) -> bool:
+        """Whether any layer uses sliding-window (local) attention."""
+        return self.layer_types is not None and LOCAL_ATTENTION in self.layer_types
 
     @property
     def jnp_dtype(self):
@@ -127,8 +206,23 @@ class ModelConfig:
         if self.attention_bias:
             attn += n * h + 2 * k * h
         layer = attn + 3 * d * f + 2 * d
+        layer += 2 * h if self.qk_norm else 0
+        layer += 2 * d if self.post_norms else 0
         head = 0 if self.tie_word_embeddings else d * self.vocab_size
         return self.vocab_size * d + self.num_layers * layer + d + head
+
+
+def interleaved_layer_types(num_layers: int, global_every: int = 6) -> tuple[str, ...]:
+    """Gemma 3's pattern: every `global_every`-th layer global, the others local (5 : 1).
+
+    Example:
+      >>> interleaved_layer_types(7)[4:]
+      ('sliding_attention', 'full_attention', 'sliding_attention')
+    """
+    return tuple(
+        GLOBAL_ATTENTION if (i + 1) % global_every == 0 else LOCAL_ATTENTION
+        for i in range(num_layers)
+    )
 
 
 def tiny_config(**overrides: Any) -> ModelConfig:
@@ -143,6 +237,35 @@ def tiny_config(**overrides: Any) -> ModelConfig:
         rope_theta=10000.0,
         tie_word_embeddings=True,
         max_position_embeddings=512,
+    )
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+def tiny_gemma3_config(**overrides: Any) -> ModelConfig:
+    """A small random-weight Gemma-3-style config for tests: 4 layers (local, local, global,
+    local), window 4, QK-norm, sandwich norms, GeGLU, (1 + scale) norms, scaled embeddings."""
+    fields = dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        rope_theta=1_000_000.0,
+        rope_local_theta=10_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+        layer_types=interleaved_layer_types(4, global_every=3),
+        sliding_window=4,
+        qk_norm=True,
+        post_norms=True,
+        norm_offset=1.0,
+        mlp_activation="gelu_tanh",
+        scale_embeddings=True,
+        query_pre_attn_scalar=24.0,
     )
     fields.update(overrides)
     return ModelConfig(**fields)

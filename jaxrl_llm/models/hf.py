@@ -17,17 +17,21 @@ import safetensors
 import safetensors.numpy
 from flax import nnx
 
-from jaxrl_llm.models.config import ModelConfig, RopeScaling
+from jaxrl_llm.models.config import ModelConfig, RopeScaling, interleaved_layer_types
+from jaxrl_llm.models.lora import has_adapters, merged_model
 from jaxrl_llm.models.tokenizer import Tokenizer
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.models.weights import assign_hf_tensors, hf_tensors
 
-_SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "smollm2")
+_SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", "smollm2", "gemma3_text")
+_GEMMA3_ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh"}
 
 
 def config_from_hf(hf: dict[str, Any], *, dtype: str = "float32", source: str = "config.json"):
     """Translates a Hugging Face `config.json` dict into a `ModelConfig`."""
     model_type = hf.get("model_type")
+    if model_type == "gemma3_text":
+        return _gemma3_config_from_hf(hf, dtype=dtype, source=source)
     if model_type not in _SUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"{source}: model_type={model_type!r} is not supported; supported: "
@@ -79,8 +83,138 @@ def config_from_hf(hf: dict[str, Any], *, dtype: str = "float32", source: str = 
     )
 
 
+def _gemma3_config_from_hf(hf: dict[str, Any], *, dtype: str, source: str) -> ModelConfig:
+    """A Gemma 3 text `config.json` (model_type "gemma3_text", transformers 4.50+ and 5.x)."""
+    rope = hf.get("rope_parameters") or {}
+    global_rope = rope.get("full_attention") or {}
+    local_rope = rope.get("sliding_attention") or {}
+    for kind, params in (("full_attention", global_rope), ("sliding_attention", local_rope)):
+        if params.get("rope_type", "default") != "default":
+            raise ValueError(
+                f"{source}: rope_parameters[{kind!r}] has rope_type={params['rope_type']!r}; "
+                "only unscaled RoPE (Gemma 3 270M and 1B) is implemented."
+            )
+    if hf.get("rope_scaling"):
+        raise ValueError(f"{source}: rope_scaling is not implemented for gemma3_text.")
+    for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if hf.get(name) is not None:
+            raise ValueError(f"{source}: {name}={hf[name]} is not implemented (Gemma 3 has None).")
+    if hf.get("use_bidirectional_attention"):
+        raise ValueError(f"{source}: use_bidirectional_attention=True is not implemented.")
+    activation = hf.get("hidden_activation", "gelu_pytorch_tanh")
+    if activation not in _GEMMA3_ACTIVATIONS:
+        raise ValueError(
+            f"{source}: hidden_activation={activation!r} is not one of {list(_GEMMA3_ACTIVATIONS)}."
+        )
+    layers = hf["num_hidden_layers"]
+    layer_types = hf.get("layer_types") or interleaved_layer_types(
+        layers, hf.get("sliding_window_pattern", 6)
+    )
+    heads = hf["num_attention_heads"]
+    eos = hf.get("eos_token_id")
+    return ModelConfig(
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        intermediate_size=hf["intermediate_size"],
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=hf.get("num_key_value_heads") or heads,
+        head_dim=hf.get("head_dim", 256),
+        rope_theta=float(global_rope.get("rope_theta", hf.get("rope_theta", 1_000_000.0))),
+        rope_local_theta=float(
+            local_rope.get("rope_theta", hf.get("rope_local_base_freq", 10_000.0))
+        ),
+        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        max_position_embeddings=int(hf.get("max_position_embeddings", 131072)),
+        dtype=dtype,
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=eos[0] if isinstance(eos, list) and eos else eos,
+        layer_types=tuple(layer_types),
+        sliding_window=hf.get("sliding_window", 4096)
+        if "sliding_attention" in layer_types
+        else None,
+        qk_norm=True,
+        post_norms=True,
+        norm_offset=1.0,
+        mlp_activation=_GEMMA3_ACTIVATIONS[activation],
+        scale_embeddings=True,
+        query_pre_attn_scalar=float(hf.get("query_pre_attn_scalar", 256)),
+    )
+
+
+def _is_gemma3(config: ModelConfig) -> bool:
+    """Whether `config` is a Gemma 3 text model (the fields only Gemma sets, all together)."""
+    gemma = (
+        config.qk_norm,
+        config.post_norms,
+        config.norm_offset == 1.0,
+        config.mlp_activation == "gelu_tanh",
+        config.scale_embeddings,
+    )
+    if any(gemma) and not all(gemma):
+        raise ValueError(
+            "config_to_hf: qk_norm, post_norms, norm_offset=1, mlp_activation='gelu_tanh' and "
+            "scale_embeddings are Gemma 3's together; this mix has no Hugging Face model type."
+        )
+    return all(gemma)
+
+
+def _gemma3_config_to_hf(config: ModelConfig) -> dict[str, Any]:
+    """The `config.json` of a Gemma 3 text model (transformers' Gemma3ForCausalLM)."""
+    layer_types = list(config.layer_types or ["full_attention"] * config.num_layers)
+    query_scalar = config.query_pre_attn_scalar or config.head_dim
+    if query_scalar != int(query_scalar):  # transformers' config field is an int
+        raise ValueError(
+            f"config_to_hf: query_pre_attn_scalar={query_scalar} is not an integer, which "
+            "transformers' Gemma3TextConfig requires."
+        )
+    return {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "layer_types": layer_types,
+        "sliding_window": config.sliding_window or config.max_position_embeddings,
+        "query_pre_attn_scalar": int(query_scalar),
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": config.rope_local_theta or config.rope_theta,
+            },
+        },
+        # transformers 4.5x reads these two instead of rope_parameters.
+        "rope_theta": config.rope_theta,
+        "rope_local_base_freq": config.rope_local_theta or config.rope_theta,
+        "rms_norm_eps": config.rms_norm_eps,
+        "tie_word_embeddings": config.tie_word_embeddings,
+        "max_position_embeddings": config.max_position_embeddings,
+        "attention_bias": False,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+        "torch_dtype": config.dtype,
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": config.eos_token_id,
+    }
+
+
 def config_to_hf(config: ModelConfig) -> dict[str, Any]:
-    """The Hugging Face `config.json` dict of a `ModelConfig` (llama, or qwen2 when biased)."""
+    """The Hugging Face `config.json` dict of a `ModelConfig` (llama, or qwen2 when biased, or
+    gemma3_text)."""
+    if _is_gemma3(config):
+        return _gemma3_config_to_hf(config)
+    if config.has_local_layers or config.rope_local_theta is not None:
+        raise ValueError(
+            "config_to_hf: sliding-window layers and rope_local_theta are exported only as "
+            "part of a Gemma 3 config."
+        )
     model_type = "qwen2" if config.attention_bias else "llama"
     hf: dict[str, Any] = {
         "architectures": ["Qwen2ForCausalLM" if config.attention_bias else "LlamaForCausalLM"],
@@ -135,7 +269,7 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
 
 
 def load_hf_directory(path: str, *, dtype: str = "float32") -> tuple[Transformer, Tokenizer]:
-    """Loads a Llama/Qwen2 model and its tokenizer from a Hugging Face directory."""
+    """Loads a Llama/Qwen2/Gemma 3 model and its tokenizer from a Hugging Face directory."""
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
         raise FileNotFoundError(f"No config.json in {path!r}: not a Hugging Face model directory.")
@@ -157,11 +291,14 @@ def save_hf(model: Transformer, tokenizer: Tokenizer | None, path: str, *, dtype
     """Exports `model` (and `tokenizer`) as a Hugging Face directory.
 
     Args:
-      model: the policy.
+      model: the policy; LoRA adapters are folded into the weights they adapt
+        (`jaxrl_llm.models.lora_export.save_peft_adapter` writes them alone instead).
       tokenizer: written as tokenizer.json + tokenizer_config.json when given.
       path: the output directory (created).
       dtype: "float32" or "bfloat16" for the weights; defaults to the model's dtype.
     """
+    if has_adapters(model):  # LoRA: the merged weights W + scale A B (lora_export for PEFT)
+        model = merged_model(model)
     os.makedirs(path, exist_ok=True)
     config = model.config
     dtype = dtype or config.dtype

@@ -1,4 +1,10 @@
-"""Building blocks of the Llama-family decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+"""Building blocks of the decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU / GeGLU.
+
+The Llama family uses them plainly; Gemma 3 ("Gemma 3 Technical Report", arXiv:2503.19786) adds,
+through `ModelConfig` fields: sliding-window (local) layers, QK-norm, norms on the attention and
+MLP outputs, (1 + scale) norms, GeGLU and a query scale of its own. Every layer keeps one
+parameter structure; what differs between local and global layers (window, RoPE frequencies)
+arrives as arrays, so the layer scan and the decode engine serve both.
 
 Every parameter is an `nnx.Param` whose metadata `logical_axes` names its dimensions with the
 logical axis names below; `jaxrl_llm.sharding` maps those names to mesh axes with one rules table
@@ -12,6 +18,7 @@ per layout (train, decode). Logical axis names:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -39,16 +46,29 @@ def param(rngs: nnx.Rngs | None, shape, dtype, logical_axes, init: str = "normal
 
 
 class RMSNorm(nnx.Module):
-    """Root-mean-square norm, computed in float32 (Zhang & Sennrich 2019, arXiv:1910.07467)."""
+    """Root-mean-square norm, computed in float32 (Zhang & Sennrich 2019, arXiv:1910.07467).
 
-    def __init__(self, dim: int, *, eps: float, dtype):
+    Multiplies by `scale` (Llama, offset 0) or by `1 + scale` (Gemma, offset 1: the stored scale
+    starts at 0, as in Hugging Face's Gemma3RMSNorm; the product is taken in float32 there too).
+    """
+
+    def __init__(self, dim: int, *, eps: float, dtype, offset: float = 0.0):
         self.eps = eps
-        self.scale = param(None, (dim,), dtype, ("norm",), init="ones")
+        self.offset = offset
+        self.scale = param(None, (dim,), dtype, ("norm",), init="zeros" if offset else "ones")
 
     def __call__(self, x: Array) -> Array:
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (normed * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+        scale = self.scale[...].astype(jnp.float32)
+        if self.offset:
+            scale = self.offset + scale
+        return (normed * scale).astype(x.dtype)
+
+
+def rms_norm(config: ModelConfig, dim: int) -> RMSNorm:
+    """An `RMSNorm` of width `dim` with the config's epsilon, dtype and scale offset."""
+    return RMSNorm(dim, eps=config.rms_norm_eps, dtype=config.jnp_dtype, offset=config.norm_offset)
 
 
 def rope_inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -> Array:
@@ -101,9 +121,10 @@ class LayerKV(NamedTuple):
 
 
 class Attention(nnx.Module):
-    """Grouped-query causal self-attention with RoPE and an optional KV cache.
+    """Grouped-query causal self-attention with RoPE, an optional KV cache and sliding window.
 
-    See "GQA: Training Generalized Multi-Query Transformer Models" (arXiv:2305.13245).
+    See "GQA: Training Generalized Multi-Query Transformer Models" (arXiv:2305.13245). With
+    `config.qk_norm`, queries and keys are RMS-normed over head_dim before RoPE (Gemma 3).
     """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
@@ -120,6 +141,12 @@ class Attention(nnx.Module):
             self.v_bias = param(None, (k, h), dt, ("kv_heads", "head_dim"), init="zeros")
         else:
             self.q_bias = self.k_bias = self.v_bias = None
+        if config.qk_norm:
+            self.q_norm, self.k_norm = rms_norm(config, h), rms_norm(config, h)
+        else:
+            self.q_norm = self.k_norm = None
+        # Scores are divided by sqrt(query_pre_attn_scalar) (Gemma) or sqrt(head_dim).
+        self.score_divisor = math.sqrt(config.query_pre_attn_scalar or h)
 
     def __call__(
         self,
@@ -128,14 +155,22 @@ class Attention(nnx.Module):
         inv_freq_h2: Array,
         layer_kv: LayerKV | None = None,
         segment_ids_bt: Array | None = None,
+        window: Array | None = None,
     ) -> tuple[Array, LayerKV | None]:
+        """Attention of `x` [B, T, D] at `positions_bt` [B, T]: ([B, T, D], updated layer cache).
+
+        `window` (int32 scalar, or None for no window) limits each query at position p to keys
+        at positions p - window < s <= p, in every path: cache-free, prefill and decode step.
+        """
         b, t, _ = x_btd.shape
         n, k, h = self.num_heads, self.num_kv_heads, self.head_dim
-        q = dense(x_btd, self.q_proj[...]).reshape(b, t, n, h)
-        kk = dense(x_btd, self.k_proj[...]).reshape(b, t, k, h)
-        v = dense(x_btd, self.v_proj[...]).reshape(b, t, k, h)
+        q = project(self, "q_proj", x_btd).reshape(b, t, n, h)
+        kk = project(self, "k_proj", x_btd).reshape(b, t, k, h)
+        v = project(self, "v_proj", x_btd).reshape(b, t, k, h)
         if self.q_bias is not None:
             q, kk, v = q + self.q_bias[...], kk + self.k_bias[...], v + self.v_bias[...]
+        if self.q_norm is not None:
+            q, kk = self.q_norm(q), self.k_norm(kk)
         q = apply_rope(q, positions_bt, inv_freq_h2)
         kk = apply_rope(kk, positions_bt, inv_freq_h2)
 
@@ -147,19 +182,42 @@ class Attention(nnx.Module):
             keys_bksh, values_bksh = layer_kv
             if t == 1:
                 # One query per row (a decode step): no length-1 query axis in the dots.
-                out_bnh = decode_attention(q[:, 0], keys_bksh, values_bksh, positions_bt[:, 0])
-                return dense(out_bnh.reshape(b, 1, n * h), self.o_proj[...]), layer_kv
+                out_bnh = decode_attention(
+                    q[:, 0],
+                    keys_bksh,
+                    values_bksh,
+                    positions_bt[:, 0],
+                    window=window,
+                    score_divisor=self.score_divisor,
+                )
+                return project(self, "o_proj", out_bnh.reshape(b, 1, n * h)), layer_kv
             slots = jnp.arange(keys_bksh.shape[2], dtype=positions_bt.dtype)
             key_positions_bs = jnp.broadcast_to(slots, (b, slots.shape[0]))
 
         # Causal by absolute position. With a cache, slots past a sequence's current position hold
         # stale or padding entries; they are masked here and overwritten before they become causal.
         mask_bts = key_positions_bs[:, None, :] <= positions_bt[:, :, None]
+        if window is not None:
+            # Sliding window (local layers): keys fewer than `window` positions back.
+            mask_bts &= positions_bt[:, :, None] - key_positions_bs[:, None, :] < window
         if segment_ids_bt is not None:
             # Packed rows: a token sees only earlier tokens of its own sequence (segment).
             mask_bts &= segment_ids_bt[:, None, :] == segment_ids_bt[:, :, None]
-        out_btnh = grouped_query_attention(q, keys_bksh, values_bksh, mask_bts)
-        return dense(out_btnh.reshape(b, t, n * h), self.o_proj[...]), layer_kv
+        out_btnh = grouped_query_attention(
+            q, keys_bksh, values_bksh, mask_bts, score_divisor=self.score_divisor
+        )
+        return project(self, "o_proj", out_btnh.reshape(b, t, n * h)), layer_kv
+
+
+def project(module: nnx.Module, name: str, x_btd: Array) -> Array:
+    """`x` [B, T, D_in] times the module's weight `name`, flattened to [B, T, D_out].
+
+    When a LoRA adapter is attached under `name + "_lora"` (`jaxrl_llm.models.lora`), its
+    low-rank update is added: x W + scale * dropout(x) A B, without forming W + scale * A B.
+    """
+    y_btf = dense(x_btd, getattr(module, name)[...])
+    adapter = getattr(module, name + "_lora", None)
+    return y_btf if adapter is None else y_btf + adapter(x_btd)
 
 
 def dense(x_btd: Array, w: Array) -> Array:
@@ -191,8 +249,17 @@ def write_cache(layer_kv: LayerKV, k_btkh: Array, v_btkh: Array, positions_bt: A
     return LayerKV(keys, values)
 
 
-def decode_attention(q_bnh: Array, k_bksh: Array, v_bksh: Array, position_b: Array) -> Array:
-    """Attention of one query per row over its cache: slots 0..position_b are visible.
+def decode_attention(
+    q_bnh: Array,
+    k_bksh: Array,
+    v_bksh: Array,
+    position_b: Array,
+    *,
+    window: Array | None = None,
+    score_divisor: float | None = None,
+) -> Array:
+    """Attention of one query per row over its cache: slots 0..position_b are visible
+    (with a `window`, only slots position_b - window < s <= position_b).
 
     The same values as `grouped_query_attention` with T = 1, without the length-1 query axis
     (as a 5-D einsum it ran 3.5x slower at batch 32 on XLA:CPU).
@@ -201,6 +268,8 @@ def decode_attention(q_bnh: Array, k_bksh: Array, v_bksh: Array, position_b: Arr
       q_bnh: queries [B, N, H].
       k_bksh, v_bksh: the cache [B, K, S, H], this step's keys and values already written.
       position_b: int32 [B], each query's position (= its slot).
+      window: int32 scalar, the sliding window of a local layer; None: no window.
+      score_divisor: scores are divided by it; None: sqrt(H).
 
     Returns:
       [B, N, H] in the dtype of `q`.
@@ -210,15 +279,25 @@ def decode_attention(q_bnh: Array, k_bksh: Array, v_bksh: Array, position_b: Arr
     q_bkgh = q_bnh.reshape(b, kv_heads, n // kv_heads, h)
     scores = jnp.einsum(
         "bkgh,bksh->bkgs", q_bkgh, k_bksh.astype(q_bnh.dtype), preferred_element_type=jnp.float32
-    ) / math.sqrt(h)
-    visible_bs = jnp.arange(slots, dtype=position_b.dtype)[None, :] <= position_b[:, None]
+    ) / (score_divisor or math.sqrt(h))
+    slots_1s = jnp.arange(slots, dtype=position_b.dtype)[None, :]
+    visible_bs = slots_1s <= position_b[:, None]
+    if window is not None:
+        visible_bs &= position_b[:, None] - slots_1s < window
     scores = jnp.where(visible_bs[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(scores, axis=-1).astype(q_bnh.dtype)
     out = jnp.einsum("bkgs,bksh->bkgh", weights, v_bksh.astype(q_bnh.dtype))
     return out.reshape(b, n, h)
 
 
-def grouped_query_attention(q_btnh: Array, k_bksh: Array, v_bksh: Array, mask_bts: Array) -> Array:
+def grouped_query_attention(
+    q_btnh: Array,
+    k_bksh: Array,
+    v_bksh: Array,
+    mask_bts: Array,
+    *,
+    score_divisor: float | None = None,
+) -> Array:
     """Softmax attention where each of K key/value heads serves N // K query heads.
 
     Scores and softmax in float32. A query with no visible key (only possible for padding rows)
@@ -228,6 +307,7 @@ def grouped_query_attention(q_btnh: Array, k_bksh: Array, v_bksh: Array, mask_bt
       q_btnh: queries [B, T, N, H].
       k_bksh, v_bksh: keys and values [B, K, S, H] (the KV cache layout).
       mask_bts: bool [B, T, S], True where query t may attend to key s.
+      score_divisor: scores are divided by it; None: sqrt(H).
 
     Returns:
       [B, T, N, H] in the dtype of `q`.
@@ -240,42 +320,72 @@ def grouped_query_attention(q_btnh: Array, k_bksh: Array, v_bksh: Array, mask_bt
         q_btkgh,
         k_bksh.astype(q_btnh.dtype),
         preferred_element_type=jnp.float32,
-    ) / math.sqrt(h)
+    ) / (score_divisor or math.sqrt(h))
     scores = jnp.where(mask_bts[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(scores, axis=-1).astype(q_btnh.dtype)
     out = jnp.einsum("bkgts,bksh->btkgh", weights, v_bksh.astype(q_btnh.dtype))
     return out.reshape(b, t, n, h)
 
 
+# Gate activations of the gated MLP, by `ModelConfig.mlp_activation`.
+_GATE_ACTIVATIONS = {
+    "silu": jax.nn.silu,  # SwiGLU (Llama)
+    "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),  # GeGLU (Gemma)
+}
+
+
 class SwiGLU(nnx.Module):
-    """down(silu(gate(x)) * up(x)). See "GLU Variants Improve Transformer" (arXiv:2002.05202)."""
+    """down(act(gate(x)) * up(x)): SwiGLU (act = silu) or GeGLU (act = gelu, tanh approximation,
+    as Gemma's `gelu_pytorch_tanh`). See "GLU Variants Improve Transformer" (arXiv:2002.05202).
+    """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, f, dt = config.hidden_size, config.intermediate_size, config.jnp_dtype
+        self.activation = config.mlp_activation
         self.gate_proj = param(rngs, (d, f), dt, ("embed", "mlp"))
         self.up_proj = param(rngs, (d, f), dt, ("embed", "mlp"))
         self.down_proj = param(rngs, (f, d), dt, ("mlp", "embed"))
 
     def __call__(self, x_btd: Array) -> Array:
-        gate = dense(x_btd, self.gate_proj[...])
-        up = dense(x_btd, self.up_proj[...])
-        return dense(jax.nn.silu(gate) * up, self.down_proj[...])
+        """[B, T, D] -> [B, T, D]."""
+        gate = project(self, "gate_proj", x_btd)
+        up = project(self, "up_proj", x_btd)
+        return project(self, "down_proj", _GATE_ACTIVATIONS[self.activation](gate) * up)
 
 
 class DecoderLayer(nnx.Module):
-    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x)).
+
+    `post_attention_norm` is the norm before the MLP (Hugging Face Llama's name). With
+    `config.post_norms` (Gemma 3) the block is x + norm(attn(norm(x))), then
+    x + norm(mlp(norm(x))): `attention_output_norm` and `mlp_output_norm` norm the branch outputs.
+    """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        dt = config.jnp_dtype
-        self.input_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dt)
+        d = config.hidden_size
+        self.input_norm = rms_norm(config, d)
         self.attention = Attention(config, rngs=rngs)
-        self.post_attention_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dt)
+        self.post_attention_norm = rms_norm(config, d)
         self.mlp = SwiGLU(config, rngs=rngs)
+        if config.post_norms:
+            self.attention_output_norm, self.mlp_output_norm = (
+                rms_norm(config, d),
+                rms_norm(config, d),
+            )
+        else:
+            self.attention_output_norm = self.mlp_output_norm = None
 
-    def __call__(self, x_btd, positions_bt, inv_freq_h2, layer_kv=None, segment_ids_bt=None):
+    def __call__(
+        self, x_btd, positions_bt, inv_freq_h2, layer_kv=None, segment_ids_bt=None, window=None
+    ):
+        """x [B, T, D] -> (x [B, T, D], updated layer cache); arguments as `Attention`'s."""
         attn_out, layer_kv = self.attention(
-            self.input_norm(x_btd), positions_bt, inv_freq_h2, layer_kv, segment_ids_bt
+            self.input_norm(x_btd), positions_bt, inv_freq_h2, layer_kv, segment_ids_bt, window
         )
+        if self.attention_output_norm is not None:
+            attn_out = self.attention_output_norm(attn_out)
         x_btd = x_btd + attn_out
-        x_btd = x_btd + self.mlp(self.post_attention_norm(x_btd))
-        return x_btd, layer_kv
+        mlp_out = self.mlp(self.post_attention_norm(x_btd))
+        if self.mlp_output_norm is not None:
+            mlp_out = self.mlp_output_norm(mlp_out)
+        return x_btd + mlp_out, layer_kv

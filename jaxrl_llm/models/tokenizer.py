@@ -1,7 +1,12 @@
 """Tokenizer: a thin wrapper over Hugging Face `tokenizers` plus a jinja2 chat template.
 
 Built from a Hugging Face `tokenizer.json` (+ `tokenizer_config.json`) or from the vocabulary,
-merges and chat template stored in a GGUF file's metadata (byte-level BPE only).
+merges and chat template stored in a GGUF file's metadata (byte-level BPE, or Gemma's
+SentencePiece BPE vocabulary, whose merges are rebuilt from the token order).
+
+Checkpoints without a chat template (base models such as Gemma 3 270M) get `PLAIN_TEMPLATE`:
+"Question: ...\nAnswer:" turns, so earlier turns of a conversation act as few-shot examples, and
+an answer ends at a blank line or where the model starts the next question (`PLAIN_STOP_TEXTS`).
 """
 
 from __future__ import annotations
@@ -14,10 +19,31 @@ from typing import Any
 import jinja2
 import jinja2.sandbox
 import tokenizers
-from tokenizers import decoders, pre_tokenizers
+from tokenizers import decoders, normalizers, pre_tokenizers, processors
 
 # GGUF token types (llama.cpp's llama_token_type): 3 = control, 4 = user defined.
 _GGUF_CONTROL, _GGUF_USER_DEFINED = 3, 4
+_SENTENCEPIECE_SPACE = "\u2581"  # "▁", SentencePiece's spelling of a space
+
+# The prompt format of base (not instruction-tuned) models, used when the checkpoint has no chat
+# template: an optional system message as a preamble, then "Question: ...\nAnswer: ..." turns
+# separated by a blank line (earlier turns are few-shot examples); the generation prompt is
+# "Answer:". BOS first when the tokenizer wants it (Gemma does). Replace it by setting
+# `Tokenizer.chat_template`.
+PLAIN_TEMPLATE = (
+    "{% if add_bos_token and bos_token %}{{ bos_token }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ message['content'] }}\n\n"
+    "{% elif message['role'] == 'user' %}Question: {{ message['content'] }}\n"
+    "{% elif message['role'] == 'assistant' %}Answer: {{ message['content'] }}\n\n"
+    "{% else %}{{ raise_exception('PLAIN_TEMPLATE: unknown role ' + message['role']) }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}Answer:{% endif %}"
+)
+# Where a PLAIN_TEMPLATE answer ends: the blank line between turns, or a new "Question:" the
+# model starts after one newline (zero-shot, Gemma 3 270M answers " Paris\nQuestion: ..."); the
+# stop sequences of few-shot evaluation harnesses.
+PLAIN_STOP_TEXTS = ("\n\n", "\nQuestion:")
 
 # Pre-tokenizer regexes of the byte-level BPE families, keyed by GGUF `tokenizer.ggml.pre`.
 _LLAMA3_PATTERN = (
@@ -62,6 +88,8 @@ class Tokenizer:
       backend: a `tokenizers.Tokenizer`.
       chat_template: a jinja2 chat template (Hugging Face convention), or None.
       eos_token, bos_token, pad_token: special token strings, or None.
+      add_bos_token: whether sequences start with BOS (Gemma: yes). The chat template then
+        writes it, and `encode(..., add_special_tokens=True)` prepends it.
 
     Example:
       >>> ids = tokenizer.encode("12 + 7 =")
@@ -77,14 +105,18 @@ class Tokenizer:
         eos_token: str | None = None,
         bos_token: str | None = None,
         pad_token: str | None = None,
+        add_bos_token: bool = False,
     ):
         self.backend = backend
         self.chat_template = chat_template
         self.eos_token, self.bos_token, self.pad_token = eos_token, bos_token, pad_token
+        self.add_bos_token = add_bos_token
         for name in ("eos_token", "bos_token", "pad_token"):
             token = getattr(self, name)
             if token is not None and backend.token_to_id(token) is None:
                 raise ValueError(f"Tokenizer: {name}={token!r} is not in the vocabulary.")
+        if add_bos_token and bos_token is None:
+            raise ValueError("Tokenizer: add_bos_token=True needs a bos_token.")
 
     # --- construction -----------------------------------------------------------------------
     @classmethod
@@ -116,6 +148,8 @@ class Tokenizer:
             eos_token=token("eos_token"),
             bos_token=token("bos_token"),
             pad_token=token("pad_token"),
+            add_bos_token=bool(config.get("add_bos_token", False))
+            and token("bos_token") is not None,
         )
 
     @classmethod
@@ -157,6 +191,82 @@ class Tokenizer:
             pad_token=name(pad_token_id),
         )
 
+    @classmethod
+    def from_gguf_sentencepiece(
+        cls,
+        tokens: Sequence[str],
+        token_types: Sequence[int],
+        *,
+        chat_template: str | None,
+        bos_token_id: int | None,
+        eos_token_id: int | None,
+        pad_token_id: int | None,
+        unk_token_id: int | None,
+        add_bos_token: bool,
+    ) -> Tokenizer:
+        """Gemma's SentencePiece BPE vocabulary (GGUF `tokenizer.ggml.model == "llama"`).
+
+        The same tokenizer transformers builds from the file (its GGUF `gemma_tokenizer` and
+        `GemmaTokenizer`): spaces normalised to "▁", byte fallback for unknown characters, and
+        merges rebuilt from the vocabulary (the file lists none), ranked by the merged token's
+        position in the vocabulary. Control tokens are special; user-defined ones ("\\n\\n",
+        "<table>", ...) are matched whole.
+        """
+        # Runs of spaces are stored with real spaces; the model's pieces spell them with "▁".
+        pieces = [
+            _SENTENCEPIECE_SPACE * len(t) if " " in t and not t.strip() else t for t in tokens
+        ]
+        vocab = {piece: i for i, piece in enumerate(pieces)}
+        unk = None if unk_token_id is None else pieces[unk_token_id]
+        backend = tokenizers.Tokenizer(
+            tokenizers.models.BPE(
+                vocab=vocab,
+                merges=_merges_by_vocabulary_order(pieces, vocab),
+                unk_token=unk,
+                fuse_unk=True,
+                byte_fallback=True,
+            )
+        )
+        backend.normalizer = normalizers.Replace(" ", _SENTENCEPIECE_SPACE)
+        backend.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+        backend.decoder = decoders.Sequence(
+            [decoders.Replace(_SENTENCEPIECE_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+        )
+        kinds = list(token_types)
+        backend.add_special_tokens(
+            [
+                tokenizers.AddedToken(t, special=True, normalized=False)
+                for t, kind in zip(tokens, kinds, strict=True)
+                if kind == _GGUF_CONTROL
+            ]
+        )
+        backend.add_tokens(
+            [
+                tokenizers.AddedToken(t, special=False, normalized=False)
+                for t, kind in zip(tokens, kinds, strict=True)
+                if kind == _GGUF_USER_DEFINED and t in vocab
+            ]
+        )
+
+        def name(i):
+            return None if i is None or i >= len(tokens) else tokens[i]
+
+        bos = name(bos_token_id)
+        if add_bos_token and bos is not None:
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{bos} $A",
+                pair=f"{bos} $A {bos}:1 $B:1",
+                special_tokens=[(bos, bos_token_id)],
+            )
+        return cls(
+            backend,
+            chat_template=chat_template,
+            eos_token=name(eos_token_id),
+            bos_token=bos,
+            pad_token=name(pad_token_id),
+            add_bos_token=add_bos_token and bos is not None,
+        )
+
     def save(self, path: str) -> None:
         """Writes `tokenizer.json` and `tokenizer_config.json` (Hugging Face format) into `path`."""
         os.makedirs(path, exist_ok=True)
@@ -166,7 +276,7 @@ class Tokenizer:
             "eos_token": self.eos_token,
             "bos_token": self.bos_token,
             "pad_token": self.pad_token,
-            "add_bos_token": False,
+            "add_bos_token": self.add_bos_token,
             "clean_up_tokenization_spaces": False,
             "model_max_length": 1_000_000,
         }
@@ -203,26 +313,27 @@ class Tokenizer:
         tokenize: bool = False,
         **template_kwargs: Any,
     ) -> str | list[int]:
-        """Renders `messages` ([{"role": ..., "content": ...}]) with the model's chat template.
+        """Renders `messages` ([{"role": ..., "content": ...}]) with the model's chat template,
+        or with `PLAIN_TEMPLATE` when the checkpoint has none (base models).
 
         Uses jinja2's sandbox with Hugging Face's settings (trim_blocks, lstrip_blocks), so templates
         written for `transformers` render the same here.
+
+        Example (no chat template, Gemma 3 270M):
+          >>> tokenizer.apply_chat_template([{"role": "user", "content": "2 + 3?"}])
+          '<bos>Question: 2 + 3?\\nAnswer:'
         """
-        if self.chat_template is None:
-            raise ValueError(
-                "This tokenizer has no chat template: the checkpoint's metadata "
-                "(tokenizer.chat_template or tokenizer_config.json) did not define one."
-            )
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
         )
         env.globals["raise_exception"] = _raise_template_exception
         env.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent)
-        text = env.from_string(self.chat_template).render(
+        text = env.from_string(self.chat_template or PLAIN_TEMPLATE).render(
             messages=list(messages),
             add_generation_prompt=add_generation_prompt,
             eos_token=self.eos_token,
             bos_token=self.bos_token,
+            add_bos_token=self.add_bos_token,
             **template_kwargs,
         )
         return self.encode(text) if tokenize else text
@@ -255,8 +366,42 @@ class Tokenizer:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def stop_token_ids(self) -> list[int]:
-        """Ids that end a chat turn: EOS and, where present, ChatML's <|im_end|> / <|eot_id|>."""
+        """Ids that end a chat turn: EOS and, where present, ChatML's <|im_end|> / <|eot_id|>
+        and Gemma's <end_of_turn>; also each of `stop_texts()` that is one token (Gemma's
+        "\\n\\n")."""
         ids = {self.eos_token_id}
-        for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
+        for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>"):
             ids.add(self.backend.token_to_id(token))
+        for ids_of_text in map(self.encode, self.stop_texts()):
+            if len(ids_of_text) == 1:
+                ids.add(ids_of_text[0])
         return sorted(i for i in ids if i is not None)
+
+    def stop_texts(self) -> tuple[str, ...]:
+        """Texts that end an answer besides the stop tokens: `PLAIN_STOP_TEXTS` when the
+        tokenizer has no chat template (its answers are rendered by `PLAIN_TEMPLATE`), else ()."""
+        return PLAIN_STOP_TEXTS if self.chat_template is None else ()
+
+    def stop_sequences(self) -> list[list[int]]:
+        """Token-id sequences of the `stop_texts()` longer than one token, for the decode
+        engine's `stop_sequences` (Gemma: "\\nQuestion:" is [107, 14977, 236787])."""
+        return [ids for ids in map(self.encode, self.stop_texts()) if len(ids) > 1]
+
+
+def _merges_by_vocabulary_order(
+    pieces: Sequence[str], vocab: dict[str, int]
+) -> list[tuple[str, str]]:
+    """BPE merges implied by a SentencePiece vocabulary whose order is its merge order.
+
+    Every split of a piece into two pieces of the vocabulary is a merge; merges rank by the merged
+    piece's position (earlier first), then by a longer left part (transformers' `generate_merges`
+    with Gemma's vocabulary-order scores, so both tokenizers agree).
+    """
+    ranked = []
+    for rank, piece in enumerate(pieces):
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in vocab and right in vocab:
+                ranked.append((rank, -cut, left, right))
+    ranked.sort()
+    return [(left, right) for _, _, left, right in ranked]

@@ -1,8 +1,9 @@
-"""The Llama-family decoder-only transformer as a Flax NNX module.
+"""The decoder-only transformer as a Flax NNX module.
 
-Covers Llama 2/3 (RoPE with Llama-3 scaling), SmolLM2 (tied embeddings) and Qwen2 (QKV bias).
-See "LLaMA: Open and Efficient Foundation Language Models" (arXiv:2302.13971) and
-"Qwen2 Technical Report" (arXiv:2407.10671).
+Covers Llama 2/3 (RoPE with Llama-3 scaling), SmolLM2 (tied embeddings), Qwen2 (QKV bias) and
+Gemma 3 (5 local : 1 global layers, QK-norm, sandwich norms, GeGLU, scaled embeddings).
+See "LLaMA: Open and Efficient Foundation Language Models" (arXiv:2302.13971),
+"Qwen2 Technical Report" (arXiv:2407.10671) and "Gemma 3 Technical Report" (arXiv:2503.19786).
 
 Three entry points share one forward:
   model(tokens_bt)                       -> logits [B, T, V], causal, positions 0..T-1
@@ -19,12 +20,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxrl_llm.models.config import ModelConfig
+from jaxrl_llm.models.config import GLOBAL_ATTENTION, LOCAL_ATTENTION, ModelConfig
 from jaxrl_llm.models.layers import (
     DecoderLayer,
     LayerKV,
-    RMSNorm,
     param,
+    rms_norm,
     rope_inverse_frequencies,
 )
 
@@ -32,6 +33,9 @@ Array = jax.Array
 
 # Logical axes of a KV cache array [B, K, S, H], for the sharding rule sets.
 KV_CACHE_LOGICAL_AXES = ("cache_batch", "kv_heads", "cache_sequence", "head_dim")
+
+# The window of a global layer when some layers are local: larger than any position difference.
+NO_WINDOW = jnp.iinfo(jnp.int32).max
 
 
 class KVCache(NamedTuple):
@@ -67,7 +71,7 @@ class Transformer(nnx.Module):
         dt = config.jnp_dtype
         self.embed = param(rngs, (config.vocab_size, config.hidden_size), dt, ("vocab", "embed"))
         self.layers = nnx.List([DecoderLayer(config, rngs=rngs) for _ in range(config.num_layers)])
-        self.final_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dt)
+        self.final_norm = rms_norm(config, config.hidden_size)
         if config.tie_word_embeddings:
             self.lm_head = None
         else:
@@ -133,22 +137,39 @@ class Transformer(nnx.Module):
             raise ValueError(
                 f"kv_cache has {len(kv_cache.layers)} layers, the model {len(self.layers)}."
             )
-        config = self.config
-        inv_freq = rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+        inv_freq_lh2, windows_l = layer_rope_and_windows(self.config)
         policy = remat_policy(remat)
-        x_btd = jnp.take(self.embed[...], tokens_bt, axis=0)
+        x_btd = self.embed_tokens(tokens_bt)
         if kv_cache is None and scan_layers and len(self.layers) > 1:
-            x_btd = _scan_layers(self.layers, x_btd, positions_bt, inv_freq, segment_ids_bt, policy)
+            x_btd = _scan_layers(
+                self.layers, x_btd, positions_bt, inv_freq_lh2, windows_l, segment_ids_bt, policy
+            )
             return self.final_norm(x_btd), None
         new_layers, layer_forward = [], _layer_forward(policy)
         for i, layer in enumerate(self.layers):
+            inv_freq, window = inv_freq_lh2[i], None if windows_l is None else windows_l[i]
             if kv_cache is None:
-                x_btd = layer_forward(layer, x_btd, positions_bt, inv_freq, segment_ids_bt)
+                x_btd = layer_forward(layer, x_btd, positions_bt, inv_freq, segment_ids_bt, window)
                 continue
-            x_btd, layer_kv = layer(x_btd, positions_bt, inv_freq, kv_cache.layers[i])
+            x_btd, layer_kv = layer(
+                x_btd, positions_bt, inv_freq, kv_cache.layers[i], window=window
+            )
             new_layers.append(layer_kv)
         hidden_btd = self.final_norm(x_btd)
         return hidden_btd, (None if kv_cache is None else KVCache(tuple(new_layers)))
+
+    def embed_tokens(self, tokens_bt: Array) -> Array:
+        """Token embeddings [B, T, D] of int32 `tokens_bt` [B, T], in the model dtype.
+
+        With `config.scale_embeddings` (Gemma) they are multiplied by sqrt(D) rounded to the model
+        dtype first, as Hugging Face's Gemma3TextScaledWordEmbedding does.
+        """
+        x_btd = jnp.take(self.embed[...], tokens_bt, axis=0)
+        if self.config.scale_embeddings:
+            x_btd = x_btd * jnp.asarray(self.config.hidden_size**0.5, jnp.float32).astype(
+                x_btd.dtype
+            )
+        return x_btd
 
     def unembed_matrix(self) -> Array:
         """The output projection [D, V] (the transposed embedding when tied)."""
@@ -197,36 +218,64 @@ def _checkpoint_policy(policy: str):
     return None
 
 
-def _cache_free_layer(layer: DecoderLayer, x_btd, positions_bt, inv_freq_h2, segment_ids_bt):
-    return layer(x_btd, positions_bt, inv_freq_h2, None, segment_ids_bt)[0]
+def layer_rope_and_windows(config: ModelConfig) -> tuple[Array, Array | None]:
+    """What differs between layers of one structure: RoPE frequencies and attention window.
+
+    Gemma 3's local layers rotate with base `rope_local_theta` (10k) and see `sliding_window`
+    positions; its global layers rotate with `rope_theta` (1M) and see everything.
+
+    Returns:
+      (inverse frequencies float32 [L, H/2], windows int32 [L] with `NO_WINDOW` for global
+      layers, or None when no layer is local).
+    """
+    global_inv = rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+    local_inv = global_inv
+    if config.rope_local_theta is not None:
+        local_inv = rope_inverse_frequencies(config.head_dim, config.rope_local_theta, None)
+    types = config.layer_types or (GLOBAL_ATTENTION,) * config.num_layers
+    is_local_l = jnp.asarray([kind == LOCAL_ATTENTION for kind in types])
+    inv_freq_lh2 = jnp.where(is_local_l[:, None], local_inv[None], global_inv[None])
+    if not config.has_local_layers:
+        return inv_freq_lh2, None
+    windows_l = jnp.where(is_local_l, config.sliding_window, NO_WINDOW).astype(jnp.int32)
+    return inv_freq_lh2, windows_l
+
+
+def _cache_free_layer(
+    layer: DecoderLayer, x_btd, positions_bt, inv_freq_h2, segment_ids_bt, window=None
+):
+    return layer(x_btd, positions_bt, inv_freq_h2, None, segment_ids_bt, window)[0]
 
 
 def _layer_forward(policy: str):
-    """One cache-free layer `(layer, x, positions, inv_freq, segment_ids) -> x` under `policy`."""
+    """One cache-free layer `(layer, x, positions, inv_freq, segment_ids, window) -> x` under
+    `policy`."""
     if policy == "none":
         return _cache_free_layer
     return nnx.remat(_cache_free_layer, policy=_checkpoint_policy(policy))
 
 
-def _scan_layers(layers, x_btd, positions_bt, inv_freq_h2, segment_ids_bt, policy: str):
+def _scan_layers(layers, x_btd, positions_bt, inv_freq_lh2, windows_l, segment_ids_bt, policy: str):
     """x [B, T, D] through every layer as one `lax.scan` over their stacked parameters.
 
     The layers share one structure; their states are stacked along a new leading axis inside
     the traced program (an [L, ...] copy of the layer weights, small next to a train step's
     activations), and the gradient flows back through the stack to each layer's parameters.
+    Per-layer RoPE frequencies [L, H/2] and windows [L] (or None) are scanned with them.
     """
     graphdef, first = nnx.split(layers[0])
     stacked = jax.tree.map(
         lambda *xs: jnp.stack(xs), first, *(nnx.split(layer)[1] for layer in layers[1:])
     )
 
-    def body(x, layer_state):
+    def body(x, per_layer):
+        layer_state, inv_freq_h2, window = per_layer
         layer = nnx.merge(graphdef, layer_state)
-        return layer(x, positions_bt, inv_freq_h2, None, segment_ids_bt)[0], None
+        return layer(x, positions_bt, inv_freq_h2, None, segment_ids_bt, window)[0], None
 
     if policy != "none":
         body = jax.checkpoint(body, policy=_checkpoint_policy(policy))
-    x_btd, _ = jax.lax.scan(body, x_btd, stacked)
+    x_btd, _ = jax.lax.scan(body, x_btd, (stacked, inv_freq_lh2, windows_l))
     return x_btd
 
 

@@ -1,8 +1,11 @@
-"""The one mapping between our parameter layout and Hugging Face Llama/Qwen2 tensor names.
+"""The one mapping between our parameter layout and Hugging Face Llama/Qwen2/Gemma 3 tensor names.
 
 Hugging Face stores each projection as a torch Linear weight [out, in]; we store einsum-friendly
 kernels ([D, N, H] for Q, [N, H, D] for O, [D, F] for gate/up, ...). Both loaders (HF safetensors,
 GGUF) and the exporter go through `named_parameters`, so the layout is written down once.
+
+Norm scales are stored as Hugging Face stores them: Gemma's as offsets from 1 (its RMSNorm
+multiplies by 1 + weight, and so does ours with `norm_offset=1`), so export copies them unchanged.
 """
 
 from __future__ import annotations
@@ -59,12 +62,9 @@ def named_parameters(model: Transformer) -> dict[str, NamedParameter]:
         prefix = f"model.layers.{i}."
         attn, mlp = layer.attention, layer.mlp
         entries = {
-            "input_layernorm.weight": (layer.input_norm.scale, _identity, _identity),
-            "post_attention_layernorm.weight": (
-                layer.post_attention_norm.scale,
-                _identity,
-                _identity,
-            ),
+            name: (norm.scale, _identity, _identity) for name, norm in _layer_norms(layer).items()
+        }
+        entries |= {
             "self_attn.q_proj.weight": (attn.q_proj, *proj_in(n)),
             "self_attn.k_proj.weight": (attn.k_proj, *proj_in(k)),
             "self_attn.v_proj.weight": (attn.v_proj, *proj_in(k)),
@@ -73,6 +73,9 @@ def named_parameters(model: Transformer) -> dict[str, NamedParameter]:
             "mlp.up_proj.weight": (mlp.up_proj, _linear_in_out, _linear_in_out),
             "mlp.down_proj.weight": (mlp.down_proj, _linear_in_out, _linear_in_out),
         }
+        if attn.q_norm is not None:
+            entries["self_attn.q_norm.weight"] = (attn.q_norm.scale, _identity, _identity)
+            entries["self_attn.k_norm.weight"] = (attn.k_norm.scale, _identity, _identity)
         if attn.q_bias is not None:
             entries["self_attn.q_proj.bias"] = (attn.q_bias, *bias(n))
             entries["self_attn.k_proj.bias"] = (attn.k_bias, *bias(k))
@@ -80,6 +83,23 @@ def named_parameters(model: Transformer) -> dict[str, NamedParameter]:
         for name, (var, from_hf, to_hf) in entries.items():
             params[prefix + name] = NamedParameter(var, from_hf, to_hf)
     return params
+
+
+def _layer_norms(layer) -> dict[str, nnx.Module]:
+    """A layer's RMSNorms under their Hugging Face names (Llama's two, or Gemma's four)."""
+    if layer.attention_output_norm is None:
+        return {
+            "input_layernorm.weight": layer.input_norm,
+            "post_attention_layernorm.weight": layer.post_attention_norm,
+        }
+    # Gemma 3 names the attention output's norm post_attention_layernorm; ours before the MLP
+    # (`post_attention_norm`, Llama's name) is its pre_feedforward_layernorm.
+    return {
+        "input_layernorm.weight": layer.input_norm,
+        "post_attention_layernorm.weight": layer.attention_output_norm,
+        "pre_feedforward_layernorm.weight": layer.post_attention_norm,
+        "post_feedforward_layernorm.weight": layer.mlp_output_norm,
+    }
 
 
 def assign_hf_tensors(

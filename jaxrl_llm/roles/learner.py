@@ -4,6 +4,10 @@ The actor (the policy) and the critic (a value model) are both `Learner`s: each 
 graph, a `TrainState` (parameters, optimizer state, step) placed on its mesh by `TRAIN_RULES`,
 its own optimizer and loss, and a jitted, donated train step whose outputs keep that layout (so
 the step compiles once per batch shape).
+
+A model with LoRA adapters (`jaxrl_llm.models.lora.add_adapters`) trains its adapters alone:
+the train state (and so the optimizer state and every checkpoint) holds only the adapters, and
+the base weights stay in `Learner.frozen`, placed once and passed to each step undonated.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxrl_llm.models.lora import has_adapters, split_adapters
 from jaxrl_llm.sharding import (
     TRAIN_RULES,
     Rules,
@@ -66,6 +71,11 @@ class Learner:
       loss_fn: `(model, batch) -> (loss, metrics)`.
       mesh: the role's mesh.
       rules: the logical-axis rule set of its parameters (default `TRAIN_RULES`).
+      dropout_seed: the seed of LoRA dropout masks (see `make_train_step`).
+
+    Attributes:
+      frozen: the base weights of a LoRA model (train layout), or None when every parameter
+        trains.
 
     Example:
       >>> actor = Learner(policy, make_optimizer(learning_rate=1e-5), loss, placement.train_mesh)
@@ -79,9 +89,15 @@ class Learner:
         loss_fn: LossFn,
         mesh: Mesh,
         rules: Rules = TRAIN_RULES,
+        dropout_seed: int = 0,
     ):
         self.mesh, self.rules = mesh, rules
-        self.graphdef, params = nnx.split(model, nnx.Param)
+        self.frozen = None
+        if has_adapters(model):
+            self.graphdef, params, frozen = nnx.split(model, nnx.LoRAParam, nnx.Param)
+            self.frozen = place_params(frozen, param_shardings(frozen, mesh, rules))
+        else:
+            self.graphdef, params = nnx.split(model, nnx.Param)
         self.param_shardings = param_shardings(params, mesh, rules)
         params = place_params(params, self.param_shardings)
         replicated = NamedSharding(mesh, PartitionSpec())
@@ -93,7 +109,11 @@ class Learner:
         self._optimizer = optimizer
         self.state = self._fresh_state(params)
         self._step = make_train_step(
-            self.graphdef, optimizer, loss_fn, out_shardings=(self.state_shardings, replicated)
+            self.graphdef,
+            optimizer,
+            loss_fn,
+            out_shardings=(self.state_shardings, replicated),
+            dropout_seed=dropout_seed,
         )
 
     def _fresh_state(self, params) -> TrainState:
@@ -101,17 +121,27 @@ class Learner:
         return TrainState(step, params, init_optimizer_state(self._optimizer, params))
 
     def reset(self, params: nnx.State) -> None:
-        """Restarts training from a copy of `params`: step 0 and a fresh optimizer state (e.g.
-        ReST-EM's M-step, which fine-tunes the base model anew each iteration)."""
+        """Restarts training from a copy of `params` (a full state, as `params` returns): step 0
+        and a fresh optimizer state (e.g. ReST-EM's M-step, which fine-tunes the base model anew
+        each iteration). A LoRA learner takes the adapters of `params`; its base stays."""
+        if self.frozen is not None:
+            params, _ = split_adapters(params)
         copied = jax.tree.map(jnp.copy, params)  # the train step donates its state
         self.state = self._fresh_state(place_params(copied, self.param_shardings))
 
     @property
     def params(self) -> nnx.State:
-        """The current parameters (train layout)."""
-        return self.state.params
+        """The current parameters of the whole model (train layout): with LoRA, the frozen base
+        and the trained adapters in one state (shared arrays, no copy)."""
+        if self.frozen is None:
+            return self.state.params
+        return nnx.merge_state(self.frozen, self.state.params)
 
     def update(self, batch) -> dict[str, jax.Array]:
         """One optimizer update on `batch` (placed on this role's mesh); returns its metrics."""
-        self.state, metrics = self._step(self.state, place_batch(batch, self.mesh, self.rules))
+        batch = place_batch(batch, self.mesh, self.rules)
+        if self.frozen is None:
+            self.state, metrics = self._step(self.state, batch)
+        else:
+            self.state, metrics = self._step(self.state, batch, self.frozen)
         return metrics

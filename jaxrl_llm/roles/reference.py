@@ -1,4 +1,9 @@
-"""The reference role: frozen log-probs of the initial policy, for KL penalties."""
+"""The reference role: frozen log-probs of the initial policy, for KL penalties.
+
+With LoRA the initial policy is the base model with its adapters off, and its weights are the
+ones the actor keeps frozen: `Reference.of_lora_base` reads the actor's base state in place (no
+second copy of the weights), through the graph of the model without adapters.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from jaxrl_llm.roles.learner import place_batch, place_params
+from jaxrl_llm.models.lora import strip_adapters
+from jaxrl_llm.roles.learner import Learner, place_batch, place_params
 from jaxrl_llm.sharding import TRAIN_RULES, Rules, param_shardings
 from jaxrl_llm.training import sequence_logprobs
 
@@ -48,6 +54,19 @@ class Reference:
         params = jax.tree.map(jnp.copy, params)
         self.params = place_params(params, param_shardings(params, mesh, rules), donate=True)
         self._logprobs = logprob_fn(self.graphdef, temperature=temperature)
+
+    @classmethod
+    def of_lora_base(cls, actor: Learner, model: nnx.Module, *, temperature: float) -> Reference:
+        """The reference of a LoRA actor: `model` (the adapted policy) with adapters off, reading
+        `actor.frozen` (shared with the actor, never donated by its step)."""
+        if actor.frozen is None:
+            raise ValueError("Reference.of_lora_base: the actor has no LoRA adapters.")
+        reference = cls.__new__(cls)
+        reference.mesh, reference.rules = actor.mesh, actor.rules
+        reference.graphdef = nnx.split(strip_adapters(model), nnx.Param)[0]
+        reference.params = actor.frozen
+        reference._logprobs = logprob_fn(reference.graphdef, temperature=temperature)
+        return reference
 
     def logprobs(self, tokens_bt) -> np.ndarray:
         """float32 [B, T] log-probs of `tokens_bt` (int32 [B, T], the `Rollout` layout)."""

@@ -6,6 +6,12 @@ decode reshard on the same devices (a no-op on one device); split, it is a devic
 to the rollout's own devices. `reshard` runs under `no_host_transfers()`, so a weight sync that
 tried to pass through the host would raise. Between steps the decode copy is dropped
 (`release`), so colocated runs do not keep two layouts alive through the train step.
+
+With LoRA the base weights are laid out once, at the first sync, and every later sync moves only
+the adapters. The worker then either folds them into a decode copy of the weights (`"merge"`,
+W + scale * A B once per sync: decoding runs the base model's program) or decodes with the
+adapters applied (`"apply"`: two thin matmuls more per projection and token, no merged copy);
+experiments/benchmarks/lora_rollout.py measures both.
 """
 
 from __future__ import annotations
@@ -18,6 +24,14 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh
 
+from jaxrl_llm.models.lora import (
+    ROLLOUT_MODES,
+    adapter_scale,
+    has_adapters,
+    merged_params,
+    split_adapters,
+    strip_adapters,
+)
 from jaxrl_llm.rollout import CacheLayout, DecodeWork, Rollout
 from jaxrl_llm.rollout.chat import chat_generator
 from jaxrl_llm.rollout.inflight import InflightRollout, WeightsSource, generate_inflight
@@ -35,6 +49,8 @@ class RolloutWorker:
       rules: the decode layout (default `DECODE_RULES`).
       compaction, prefix_sharing: the engine's savings (`GenerationConfig`); `last_work` holds
         the `DecodeWork` of the latest `sample`.
+      lora_rollout: for a model with LoRA adapters, "merge" (decode with W + scale A B) or
+        "apply" (decode with the adapters applied); see the module docstring.
 
     Example:
       >>> worker = RolloutWorker(policy, tokenizer, placement.rollout_mesh, max_new_tokens=32,
@@ -55,7 +71,24 @@ class RolloutWorker:
         rules: Rules = DECODE_RULES,
         compaction: bool = True,
         prefix_sharing: str = "identical",
+        lora_rollout: str = "apply",
     ):
+        if lora_rollout not in ROLLOUT_MODES:
+            raise ValueError(f"lora_rollout={lora_rollout!r} must be one of {ROLLOUT_MODES}.")
+        self.lora = has_adapters(model)
+        self.lora_rollout = lora_rollout if self.lora else None
+        if self.lora:
+            full_shardings = param_shardings(nnx.state(model, nnx.Param), mesh, rules)
+            self._adapter_shardings, self._base_shardings = split_adapters(full_shardings)
+            self._base: nnx.State | None = None  # the decode layout of the frozen base
+            if lora_rollout == "merge":
+                scale = adapter_scale(model)
+                model = strip_adapters(model)
+                self._merge = jax.jit(
+                    lambda base, adapters: merged_params(nnx.merge_state(base, adapters), scale),
+                    out_shardings=self._base_shardings,
+                )
+        self.decode_model = model  # the graph `params` fit (the base model when merging)
         self.shardings = param_shardings(nnx.state(model, nnx.Param), mesh, rules)
         cache = CacheLayout(mesh, rules) if mesh.devices.size > 1 else None
         options = dict(
@@ -74,9 +107,46 @@ class RolloutWorker:
         self.last_work: DecodeWork | None = None  # of the latest `sample`
 
     def sync(self, actor_params: nnx.State) -> ReshardStats:
-        """Lays `actor_params` out in the decode layout on the rollout mesh (device to device)."""
+        """Lays `actor_params` out in the decode layout on the rollout mesh (device to device).
+        With LoRA only the adapters move (and the base, at the first sync)."""
+        if self.lora:
+            self.params, stats = self._lora_decode_params(actor_params, copy=False)
+            return stats
         self.params, stats = reshard(actor_params, self.shardings, donate=False)
         return stats
+
+    def sync_payload_bytes(self, actor_params: nnx.State) -> int:
+        """Bytes a sync of `actor_params` sends once the rollout holds the base: every weight
+        without LoRA, the adapters alone with it (what crosses to a split rollout mesh)."""
+        tree = split_adapters(actor_params)[0] if self.lora else actor_params
+        return sum(x.nbytes for x in jax.tree.leaves(tree))
+
+    def _lora_decode_params(self, actor_params: nnx.State, *, copy: bool):
+        """(decode-layout params, stats) of a LoRA actor's full state: the base is laid out at
+        the first call and kept; the adapters are resharded (copied with `copy`, as the actor's
+        step donates them) and merged or attached. Stats count the adapters' move (and the
+        base's, the first time)."""
+        start = time.perf_counter()
+        adapters, base = split_adapters(actor_params)
+        moved_base = None
+        if self._base is None:
+            self._base, moved_base = reshard(base, self._base_shardings, donate=False)
+        adapters, stats = reshard(adapters, self._adapter_shardings, donate=False)
+        if copy:
+            adapters = jax.tree.map(jnp.copy, adapters)
+        if self.lora_rollout == "merge":
+            params = self._merge(self._base, adapters)
+        else:
+            params = nnx.merge_state(self._base, adapters)
+        jax.block_until_ready(jax.tree.leaves(params))
+        if moved_base is not None:
+            stats = stats._replace(
+                num_arrays=stats.num_arrays + moved_base.num_arrays,
+                num_moved=stats.num_moved + moved_base.num_moved,
+                bytes=stats.bytes + moved_base.bytes,
+                device_bytes=stats.device_bytes + moved_base.device_bytes,
+            )
+        return params, stats._replace(seconds=time.perf_counter() - start)
 
     def snapshot(self, actor_params: nnx.State) -> tuple[nnx.State, ReshardStats]:
         """Like `sync`, but returns the decode-layout copy instead of keeping it, and never
@@ -86,6 +156,11 @@ class RolloutWorker:
         The stats count every leaf written, moved or copied in place (`bytes`), and the
         seconds until the last one is ready.
         """
+        if self.lora:
+            params, stats = self._lora_decode_params(actor_params, copy=True)
+            adapters = split_adapters(params)[0] if self.lora_rollout == "apply" else params
+            written = sum(x.nbytes for x in jax.tree.leaves(adapters))
+            return params, stats._replace(bytes=written)
         start = time.perf_counter()
         params, stats = reshard(actor_params, self.shardings, donate=False)
         in_place = {id(x) for x in jax.tree.leaves(actor_params)}

@@ -27,8 +27,20 @@ def prompt_ids(
 
 
 def completion_texts(tokenizer, rollout) -> list[str]:
-    """Completions as text, special tokens (EOS, <|im_end|>) removed."""
-    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in rollout.completions()]
+    """Completions as text, special tokens (EOS, <|im_end|>) removed, and a stop text that ends
+    one removed too (base models' plain prompt format: "\\nQuestion:", "\\n\\n")."""
+    stop_texts = _stop_texts(tokenizer)
+    texts = []
+    for ids in rollout.completions():
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        end = next((stop for stop in stop_texts if text.endswith(stop)), "")
+        texts.append(text[: len(text) - len(end)])
+    return texts
+
+
+def _stop_texts(tokenizer) -> tuple[str, ...]:
+    """The tokenizer's `stop_texts()`; () for tokenizers without the method (test doubles)."""
+    return tuple(getattr(tokenizer, "stop_texts", tuple)())
 
 
 def response_rows(
@@ -82,7 +94,13 @@ def chat_generator(
 
 
 def chat_generation_config(tokenizer, **fields) -> GenerationConfig:
-    """A `GenerationConfig` ending at the tokenizer's end-of-turn ids, padded with its pad id."""
+    """A `GenerationConfig` ending at the tokenizer's end-of-turn ids and stop sequences (base
+    models' plain prompt format: "\\nQuestion:"), padded with its pad id."""
+    stops = [tuple(s) for s in getattr(tokenizer, "stop_sequences", list)()]
+    stops += [tuple(s) for s in fields.pop("stop_sequences", ())]
     return GenerationConfig(
-        eos_ids=tuple(tokenizer.stop_token_ids()), pad_id=tokenizer.pad_token_id or 0, **fields
+        eos_ids=tuple(tokenizer.stop_token_ids()),
+        pad_id=tokenizer.pad_token_id or 0,
+        stop_sequences=tuple(dict.fromkeys(stops)),
+        **fields,
     )

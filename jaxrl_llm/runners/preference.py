@@ -36,7 +36,7 @@ from flax import nnx
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl
 from jaxrl_llm.data.presets import resolve_task
 from jaxrl_llm.roles import place_batch
-from jaxrl_llm.runners.components import load_policy
+from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.runners.reward_model import PAIR_SECTION_FIELDS, make_pairs
 from jaxrl_llm.runners.supervised import (
     check_sampled_labels_section,
@@ -125,6 +125,7 @@ class PreferenceRun:
     def __init__(self, config, workdir: str):
         self.config, self.workdir, p = config, workdir, config.preference
         self.model, self.tokenizer = load_policy(config)
+        self.model = with_lora(self.model, config)  # LoRA when config.model.lora.rank > 0
         path = p.pairs or os.path.join(workdir, "pairs.jsonl")
         self.pair_stats: dict[str, float] = {}
         if not p.pairs and not os.path.isfile(path):

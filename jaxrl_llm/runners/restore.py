@@ -24,7 +24,8 @@ class RestoredPolicy(NamedTuple):
 
     Attributes:
       config: the run's config (from `workdir/config.json`).
-      parts: model, tokenizer, data sources and rewards, built from it.
+      parts: model, tokenizer, data sources and rewards, built from it; `model` is the graph
+        `params` fit (a LoRA run's base model when its rollout merges the adapters).
       params: the actor's weights at `step`, in the decode layout (pass as `params=` to a
         generator or `jaxrl_llm.evals.Evaluator`).
       rewards: the run's reward role (its "task" function scores accuracy).
@@ -99,5 +100,7 @@ def restore_policy(workdir: str, step: int | None = None) -> RestoredPolicy:
         target["pending_weights"] = pending
     tree, _ = checkpointer.restore(step, abstract_like(target))
     checkpointer.close()
-    roles.rollout.sync(tree["actor"].params)
+    roles.actor.state = tree["actor"]  # a LoRA run's checkpoint holds its adapters alone
+    roles.rollout.sync(roles.actor.params)
+    parts = parts._replace(model=roles.rollout.decode_model)  # the graph the params fit
     return RestoredPolicy(config, parts, roles.rollout.params, roles.reward, step)

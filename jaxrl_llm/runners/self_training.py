@@ -44,7 +44,7 @@ from jaxrl_llm.data.sft import SftRecord, read_sft_jsonl
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.models.hf import save_hf
 from jaxrl_llm.roles import place_batch
-from jaxrl_llm.runners.components import load_policy
+from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.runners.supervised import (
     check_positive_ints,
     fit,
@@ -141,6 +141,7 @@ class SelfTrainingRun:
         self.config, self.workdir = config, workdir
         s, task = config.self_training, config.task
         self.model, self.tokenizer = load_policy(config)
+        self.model = with_lora(self.model, config)  # LoRA when config.model.lora.rank > 0
         loss = functools.partial(sft_loss, remat=config.train.remat)
         self.learner = stage_learner(self.model, config, loss, num_steps=s.steps_per_iteration)
         # ReST-EM's M-steps start from these; RAFT needs no copy

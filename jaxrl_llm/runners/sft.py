@@ -39,7 +39,7 @@ from jaxrl_llm.data.sft import (
 from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.roles import place_batch
-from jaxrl_llm.runners.components import load_policy
+from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.runners.supervised import (
     check_positive_ints,
     fit_policy,
@@ -138,6 +138,7 @@ class SftRun:
         self.config, self.workdir = config, workdir
         s = config.sft
         self.model, self.tokenizer = load_policy(config)
+        self.model = with_lora(self.model, config)  # LoRA when config.model.lora.rank > 0
         train, held_out, self.eval_examples = sft_data(config)
         options = dict(
             max_length=s.max_length,

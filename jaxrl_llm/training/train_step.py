@@ -2,6 +2,9 @@
 
 `make_train_step(graphdef, optimizer, loss_fn)` returns `step(state, batch) -> (state, metrics)`:
 `loss_fn(model, batch) -> (loss, metrics)` is any pure loss of a merged model (GRPO's, DPO's ...).
+With LoRA (`jaxrl_llm.models.lora`) the state holds only the adapters and the step takes the
+frozen base weights as a third argument: `step(state, batch, frozen)`; gradients and optimizer
+state exist for the adapters alone.
 A step whose loss or gradients are not finite leaves parameters and optimizer state unchanged and
 reports `metrics["nonfinite"] = 1`; the runner counts those and stops after K in a row.
 """
@@ -15,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+
+from jaxrl_llm.models.lora import dropout_key
 
 Array = jax.Array
 LossFn = Callable[[Any, Any], tuple[Array, dict[str, Array]]]
@@ -50,7 +55,8 @@ def make_train_step(
     *,
     donate: bool = True,
     out_shardings: Any = None,
-) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, Array]]]:
+    dropout_seed: int = 0,
+) -> Callable[..., tuple[TrainState, dict[str, Array]]]:
     """Builds the jitted update `step(state, batch) -> (state, metrics)`.
 
     Args:
@@ -60,14 +66,22 @@ def make_train_step(
       donate: donate the incoming state's buffers (the caller must not reuse it).
       out_shardings: optional `(state shardings, metrics sharding)` for `jax.jit`, so the new
         state keeps the layout of the old one on a mesh (one compiled step per batch shape).
+      dropout_seed: LoRA adapters with dropout draw their masks from
+        fold_in(key(dropout_seed), state.step): another mask each update, the same on a resume.
 
     Returns:
-      The jitted step. Metrics gain "loss", "grad_norm", "nonfinite" (0/1) and "learning_step".
+      The jitted `step(state, batch, frozen=None)`; `frozen` is the `nnx.State` of parameters
+      that do not train (a LoRA model's base weights), merged with `state.params` and never
+      donated. Metrics gain "loss", "grad_norm", "nonfinite" (0/1) and "learning_step".
     """
 
-    def step(state: TrainState, batch) -> tuple[TrainState, dict[str, Array]]:
+    def step(state: TrainState, batch, frozen=None) -> tuple[TrainState, dict[str, Array]]:
+        key = jax.random.fold_in(jax.random.key(dropout_seed), state.step)
+
         def loss_of_params(params):
-            return loss_fn(nnx.merge(graphdef, params), batch)
+            model = nnx.merge(graphdef, params, *(() if frozen is None else (frozen,)))
+            with dropout_key(key):
+                return loss_fn(model, batch)
 
         (loss, metrics), grads = jax.value_and_grad(loss_of_params, has_aux=True)(state.params)
         # One reduction instead of one per leaf (hundreds of leaves made a fusion whose compile

@@ -160,7 +160,7 @@ def test_quantised_file_computes_like_unquantised_weights(tmp_path):
 
 def test_unsupported_tensor_type_is_named(tmp_path):
     path = tmp_path / "bad.gguf"
-    # gguf cannot quantise to Q5_K itself: write raw Q5_K bytes (256 values in 176 bytes per row).
+    # An i-quant (not read): raw IQ4_XS bytes, 256 values in 136 bytes per row.
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(1)
     w.add_embedding_length(256)
@@ -171,12 +171,12 @@ def test_unsupported_tensor_type_is_named(tmp_path):
     w.add_token_list(["a", "b"])
     w.add_token_types([1, 1])
     w.add_token_merges([])
-    w.add_tensor("token_embd.weight", np.zeros((2, 176), np.uint8), raw_dtype=Q.Q5_K)
+    w.add_tensor("token_embd.weight", np.zeros((2, 136), np.uint8), raw_dtype=Q.IQ4_XS)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(ValueError, match=r"token_embd.weight.*Q5_K.*not supported"):
+    with pytest.raises(ValueError, match=r"token_embd.weight.*IQ4_XS.*not supported"):
         load_gguf(str(path))
 
 

@@ -101,3 +101,31 @@ def test_save_hf_round_trip_and_transformers_reads_export(kind, tmp_path):
     assert np.abs(_torch_logits(auto, TOKENS) - np.asarray(model(TOKENS))).max() < 1e-4
     fast = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "export"))
     assert fast.encode("hello world", add_special_tokens=False) == tokenizer.encode("hello world")
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_peft_adapter_export_matches_peft_and_merged_export(kind, tmp_path):
+    """A LoRA model exported as base + PEFT adapter, loaded by `peft` on transformers' model,
+    gives our adapted logits; so does the merged export read by transformers alone."""
+    peft = pytest.importorskip("peft", reason="peft not installed: adapter parity skipped")
+    import jax
+    from flax import nnx
+
+    from jaxrl_llm.models.lora import LoraConfig, add_adapters, strip_adapters
+    from jaxrl_llm.models.lora_export import save_peft_adapter
+
+    _write_hf_model(kind, tmp_path / "src")
+    model, tokenizer = from_pretrained(str(tmp_path / "src"))
+    add_adapters(model, LoraConfig(rank=4, alpha=8.0), seed=0)
+    adapters = nnx.state(model, nnx.LoRAParam)
+    key = jax.random.key(3)
+    nnx.update(model, jax.tree.map(lambda x: x + 0.1 * jax.random.normal(key, x.shape), adapters))
+    ours = np.asarray(model(TOKENS))
+    save_hf(strip_adapters(model), tokenizer, str(tmp_path / "base"))
+    save_peft_adapter(model, str(tmp_path / "adapter"))
+    base = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "base")).eval()
+    with_adapter = peft.PeftModel.from_pretrained(base, str(tmp_path / "adapter")).eval()
+    assert np.abs(_torch_logits(with_adapter, TOKENS) - ours).max() < 1e-4
+    save_hf(model, tokenizer, str(tmp_path / "merged"))
+    merged = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged")).eval()
+    assert np.abs(_torch_logits(merged, TOKENS) - ours).max() < 1e-4
