@@ -43,6 +43,21 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.random = ml_collections.ConfigDict(
         dict(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2)
     )
+    # LoRA (PERL): rank 0 trains every weight; rank > 0 freezes them and trains adapters of that
+    # rank on `targets` (comma-separated weight names), scaled by alpha / rank, with dropout on
+    # their input. The reference policy is the base with adapters off (no copy of the weights);
+    # the rollout "apply"s the adapters (default: measured faster here, docs/lora.md) or
+    # "merge"s them into a decode copy of the weights at each sync. Checkpoints hold the
+    # adapters alone. See jaxrl_llm/models/lora.py and docs/lora.md.
+    c.model.lora = ml_collections.ConfigDict(
+        dict(
+            rank=0,
+            alpha=32.0,
+            dropout=0.0,
+            targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+            rollout="apply",
+        )
+    )
 
     c.task = ml_collections.ConfigDict()
     # A task preset (jaxrl_llm.data.presets: chain_sum, gcd, lcm, products, basic_arithmetic, ...)
@@ -71,6 +86,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.rewards.partial_credit = False
     # Weight of the optional format reward (0 disables it).
     c.rewards.format_weight = 0.0
+    # Weight of a reward for length alone (min(words / length_max_words, 1)); 0 disables it.
+    # A policy farms it: the reward hack the constraints of docs/constraints.md hold off.
+    c.rewards.length_weight = 0.0
+    c.rewards.length_max_words = 64
     # Seconds a reward function may take per sample before it counts as 0.
     c.rewards.timeout_s = 5.0
     # A reward model: the directory of a saved scalar-head model (`save_scalar_model`), scored
@@ -186,6 +205,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.placement.train_mesh = (1, 1)
     # ("data", "model") sizes of the rollout mesh in split mode, on the next devices.
     c.placement.rollout_mesh = (1, 1)
+
+    # Constraints: judges, CGPO (crpg / crraft / codpo), Lagrangian multipliers and per-class
+    # token budgets (IBPO); see jaxrl_llm/constraints/config.py and docs/constraints.md.
+    from jaxrl_llm.constraints.config import constraints_section
+
+    c.constraints = constraints_section()
     return c
 
 
@@ -237,6 +262,7 @@ _POSITIVE_INTS = (
     "rollout.num_prompts",
     "rollout.group_size",
     "rollout.max_new_tokens",
+    "rewards.length_max_words",
     "train.num_steps",
     "train.num_minibatches",
     "train.checkpoint_every",
@@ -256,6 +282,28 @@ def _get(config, dotted: str):
     for part in dotted.split("."):
         value = value[part]
     return value
+
+
+def lora_config_of(config: ml_collections.ConfigDict):
+    """The `LoraConfig` of `config.model.lora`, or None when rank is 0 (or the section absent).
+
+    Raises ValueError naming the config field (e.g. `config.model.lora.targets`)."""
+    from jaxrl_llm.models.lora import ROLLOUT_MODES, LoraConfig
+
+    section = config.model.get("lora")
+    if section is None or section.rank == 0:
+        return None
+    if section.rollout not in ROLLOUT_MODES:
+        raise ValueError(
+            f"config.model.lora.rollout={section.rollout!r} must be one of {ROLLOUT_MODES}."
+        )
+    targets = tuple(t.strip() for t in section.targets.split(",") if t.strip())
+    try:
+        return LoraConfig(
+            rank=section.rank, alpha=section.alpha, dropout=section.dropout, targets=targets
+        )
+    except ValueError as error:
+        raise ValueError(f"config.model.lora: {error}".replace("LoraConfig: ", "")) from None
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -297,6 +345,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.model.dtype={config.model.dtype!r} must be 'float32' or 'bfloat16'."
         )
+    lora_config_of(config)  # names a bad config.model.lora field
+    from jaxrl_llm.constraints.config import constraint_spec
+
+    constraint_spec(config)  # names a bad config.constraints field
     from jaxrl_llm.models.transformer import REMAT_POLICIES
 
     if config.train.remat not in REMAT_POLICIES:

@@ -132,7 +132,12 @@ def _save(fig: Figure, path: str, dpi: int, drawn: dict) -> str:
 
 
 def plot_runs(
-    runs: Mapping[str, str] | str, out_dir: str, *, smoothing: float = 0.0, dpi: int = 100
+    runs: Mapping[str, str] | str,
+    out_dir: str,
+    *,
+    smoothing: float = 0.0,
+    dpi: int = 100,
+    panels: Sequence[tuple[str, tuple[str, ...], str]] = PANELS,
 ) -> list[str]:
     """Writes the learning-curve PNGs of `runs` into `out_dir`; returns their paths.
 
@@ -142,9 +147,12 @@ def plot_runs(
       smoothing: exponential moving-average weight in [0, 1) for the training curves (the
         stored last values stay unsmoothed).
       dpi: resolution (a single panel is 6 x 4 inches: 600 x 400 pixels at dpi 100).
+      panels: (file stem, metric keys in order of preference, title) of each panel; default
+        `PANELS`.
 
     Returns:
-      Paths of reward.png, accuracy.png, kl.png, entropy.png, length.png, learning_curves.png.
+      Paths of one PNG per panel (reward.png, accuracy.png, kl.png, entropy.png, length.png by
+      default), then learning_curves.png with every panel.
 
     Example:
       >>> plot_runs("runs/tiny_estimators", "runs/tiny_estimators/plots")
@@ -156,15 +164,15 @@ def plot_runs(
     runs_rows = {label: read_metrics(workdir) for label, workdir in runs.items()}
     os.makedirs(out_dir, exist_ok=True)
     paths, everything = [], {}
-    for panel in PANELS:
+    for panel in panels:
         fig = Figure(figsize=(6, 4), layout="constrained")
         ax = fig.add_subplot()
         drawn = everything[panel[0]] = _draw(ax, panel, runs_rows, smoothing)
         _legend(ax, len(runs_rows))
         paths.append(_save(fig, os.path.join(out_dir, f"{panel[0]}.png"), dpi, {panel[0]: drawn}))
-    fig = Figure(figsize=(4 * len(PANELS), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(PANELS))
-    for ax, panel in zip(axes, PANELS, strict=True):
+    fig = Figure(figsize=(4 * len(panels), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(panels))
+    for ax, panel in zip(axes, panels, strict=True):
         _draw(ax, panel, runs_rows, smoothing)
     _legend(axes[0], len(runs_rows))
     paths.append(_save(fig, os.path.join(out_dir, "learning_curves.png"), dpi, everything))

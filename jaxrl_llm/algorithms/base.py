@@ -62,6 +62,9 @@ class Experience(NamedTuple):
       baseline_rewards: float32 [B] rewards of the greedy completion of each row's prompt, when
         `baseline_rollout` is set.
       references: `References` of the B / G prompts, when `reference_template` is set.
+      violations: float32 [K, B] judge verdicts (1 violated, 0 not, NaN none) of the run's
+        `config.constraints` judges, when it has some (`jaxrl_llm.constraints`).
+      sources: the `Example.source` of every row, [B] (prompt classes of length budgets).
     """
 
     rollout: Any
@@ -71,6 +74,8 @@ class Experience(NamedTuple):
     values: np.ndarray | None = None
     baseline_rewards: np.ndarray | None = None
     references: References | None = None
+    violations: np.ndarray | None = None
+    sources: tuple[str, ...] | None = None
 
 
 def roles_for(kl_beta: float, *extra: str) -> tuple[str, ...]:

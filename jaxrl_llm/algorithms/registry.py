@@ -94,5 +94,11 @@ def get(name: str) -> AlgorithmSpec:
 
 
 def make(config: ml_collections.ConfigDict) -> Algorithm:
-    """The `Algorithm` named by `config.algorithm`, built from the config (checked)."""
-    return check_algorithm(get(config.algorithm).make(config))
+    """The `Algorithm` named by `config.algorithm`, built from the config (checked), under
+    `config.constraints` when the run has some (`jaxrl_llm.algorithms.constrained`)."""
+    from jaxrl_llm.algorithms.constrained import constrain
+    from jaxrl_llm.constraints.config import constraint_spec
+
+    algorithm = check_algorithm(get(config.algorithm).make(config))
+    spec = constraint_spec(config) if "constraints" in config else None
+    return algorithm if spec is None else constrain(algorithm, spec)

@@ -17,6 +17,7 @@ from jaxrl_llm.rewards.verifiers import (
     exact_task_reward,
     extract_answer,
     format_reward,
+    length_reward,
     math_verify_reward,
     task_reward,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "extract_tagged_answer",
     "find_numbers",
     "format_reward",
+    "length_reward",
     "math_verify_reward",
     "task_reward",
 ]

@@ -101,6 +101,19 @@ def format_reward(
     return 1.0 if len(find_numbers(text)) == 1 else 0.0
 
 
+def length_reward(prompt: str, completion: str, example: Example, *, max_words: int = 64) -> float:
+    """min(words / max_words, 1): a reward for length alone, the classic signal a policy farms
+    (longer answers, whatever they say). Weighted in by `config.rewards.length_weight`, it
+    makes the reward hacking `jaxrl_llm.constraints` is built to stop; see docs/constraints.md.
+
+    Example:
+      >>> length_reward(p, "The answer is 7.", ex, max_words=8)
+      0.5
+    """
+    del prompt, example
+    return min(len(completion.split()) / max_words, 1.0)
+
+
 def math_verify_reward(prompt: str, completion: str, example: Example) -> float:
     """1.0 if math-verify finds the completion's final answer equal to `example.answer`.
 

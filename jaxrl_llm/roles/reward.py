@@ -1,5 +1,6 @@
 """The reward role: reward functions (threads, time limits), optionally plus a reward model (or
-an ensemble) and a process reward model.
+an ensemble), a process reward model, and constraint judges (their verdicts are reported as
+`per_function["judge/<name>"]`: 1 violated, 0 not, NaN no verdict; they are not rewards).
 
 Functions are scored by `jaxrl_llm.rewards.RewardRunner`. A reward model is a `ScalarHeadModel`
 (a Transformer trunk with a scalar head, e.g. trained with a Bradley-Terry loss) scored in
@@ -9,6 +10,7 @@ weight and is reported as `per_function["model"]`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import jax
@@ -83,9 +85,19 @@ class RewardRole:
         *,
         process=None,
         process_weight: float = 1.0,
+        judges=None,
     ):
         self.functions, self.model, self.model_weight = functions, model, model_weight
         self.process, self.process_weight = process, process_weight
+        self.judges = judges  # a `jaxrl_llm.constraints.JudgeMixture`, or None
+
+    def without_judges(self) -> RewardRole:
+        """The same rewards without the judges (evaluation scores answers, not constraints)."""
+        if self.judges is None:
+            return self
+        view = copy.copy(self)
+        view.judges = None
+        return view
 
     def __call__(self, prompts, completions, examples) -> RewardOutput:
         out = self.functions(prompts, completions, examples)
@@ -99,6 +111,10 @@ class RewardRole:
             total = total + self.process_weight * scores
             per_function["process"] = scores
             per_function["process_steps"] = self.process.last_steps.astype(np.float32)
+        if self.judges is not None:  # verdicts, not rewards: they never enter the total
+            verdicts = self.judges(prompts, completions, examples)
+            for name, row in zip(verdicts.names, verdicts.violations, strict=True):
+                per_function[f"judge/{name}"] = row
         return RewardOutput(
             total=np.asarray(total, np.float32),
             per_function=per_function,

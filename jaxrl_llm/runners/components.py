@@ -2,23 +2,35 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
 import ml_collections
+from flax import nnx
 
 from jaxrl_llm import gin_bindings
 from jaxrl_llm.algorithms.base import Algorithm
-from jaxrl_llm.config import eval_task_names
+from jaxrl_llm.config import eval_task_names, lora_config_of
+from jaxrl_llm.constraints import JudgeMixture
+from jaxrl_llm.constraints.config import build_judges, judge_names
+from jaxrl_llm.constraints.llm_judge import LLMJudge
 from jaxrl_llm.data import PromptBatcher, ReasoningGymSource
 from jaxrl_llm.data.presets import task_source
 from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretrained, init_model
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import load_scalar_model
+from jaxrl_llm.models.lora import add_adapters, strip_adapters
 from jaxrl_llm.models.registry import resolve_model_path
-from jaxrl_llm.rewards import RewardRunner, exact_task_reward, format_reward, task_reward
+from jaxrl_llm.rewards import (
+    RewardRunner,
+    exact_task_reward,
+    format_reward,
+    length_reward,
+    task_reward,
+)
 from jaxrl_llm.rewards.ensemble import EnsembleReward
 from jaxrl_llm.rewards.process import ProcessReward
 from jaxrl_llm.roles import (
@@ -70,6 +82,13 @@ def load_policy(config: ml_collections.ConfigDict) -> tuple[Transformer, Tokeniz
     return init_model(model_config, seed=config.seed), tokenizer
 
 
+def with_lora(model: Transformer, config: ml_collections.ConfigDict) -> Transformer:
+    """`model` with fresh LoRA adapters when `config.model.lora.rank > 0` (seeded by
+    `config.seed`), else `model` unchanged."""
+    lora = lora_config_of(config)
+    return model if lora is None else add_adapters(model, lora, seed=config.seed)
+
+
 def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
     """The weighted reward functions of `config.rewards` ("task" always present for accuracy).
 
@@ -82,6 +101,10 @@ def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
     if config.rewards.format_weight:
         functions["format"] = gin_bindings.bound(format_reward)
         weights["format"] = config.rewards.format_weight
+    if config.rewards.get("length_weight"):
+        max_words = config.rewards.length_max_words
+        functions["length"] = functools.partial(length_reward, max_words=max_words)
+        weights["length"] = config.rewards.length_weight
     return RewardRunner(functions, weights=weights, timeout_s=config.rewards.timeout_s)
 
 
@@ -108,6 +131,7 @@ def build_optimizer(section: ml_collections.ConfigDict, total_updates: int):
 def build_parts(config: ml_collections.ConfigDict) -> RunParts:
     """Loads the model and builds data, rewards and optimizer from a validated config."""
     model, tokenizer = load_policy(config)
+    model = with_lora(model, config)
     task, overrides = config.task.name, config.task.kwargs.to_dict()
     train_source = task_source(
         task, seed=config.seed, size=config.task.train_size, overrides=overrides
@@ -167,16 +191,29 @@ def build_roles(
     (default: all of `jax.devices()`; a process of a two-process run passes its local ones).
 
     The reference and the critic copy the policy's weights before the actor takes them over
-    (the actor's train step donates its buffers).
+    (the actor's train step donates its buffers). With LoRA the reference is the actor's own
+    frozen base (adapters off), and the critic starts from the base model.
     """
     placement = make_placement(config.placement, devices)
     policy = parts.model
     reference = critic = None
-    if algorithm.needs("reference"):
-        reference = Reference(policy, placement.train_mesh, temperature=config.rollout.temperature)
+    lora = lora_config_of(config) is not None
+    temperature = config.rollout.temperature
+    judge_base = None
+    if (
+        not lora
+        and "constraints" in config
+        and "llm" in judge_names(config)
+        and not algorithm.needs("reference")
+    ):
+        # a frozen copy of the initial weights before the actor takes the policy's over
+        judge_base = (policy, jax.tree.map(jax.numpy.copy, nnx.state(policy, nnx.Param)))
+    if algorithm.needs("reference") and not lora:
+        reference = Reference(policy, placement.train_mesh, temperature=temperature)
     if algorithm.needs("critic"):
+        trunk = strip_adapters(policy) if lora else policy
         critic = Critic(
-            init_value_model(config.critic.init, policy, seed=config.seed),
+            init_value_model(config.critic.init, trunk, seed=config.seed),
             build_optimizer(config.critic, total_updates(config)),
             algorithm.critic_loss,
             placement.train_mesh,
@@ -190,8 +227,17 @@ def build_roles(
         min_prompt_bucket=config.rollout.min_prompt_bucket,
         compaction=config.rollout.compaction,
         prefix_sharing=config.rollout.prefix_sharing,
+        lora_rollout=config.model.lora.rollout if lora else "apply",
     )
-    actor = Learner(policy, parts.optimizer, algorithm.loss, placement.train_mesh)
+    actor = Learner(
+        policy, parts.optimizer, algorithm.loss, placement.train_mesh, dropout_seed=config.seed
+    )
+    if algorithm.needs("reference") and lora:
+        reference = Reference.of_lora_base(actor, policy, temperature=temperature)
+    if lora:  # the LLM judge's frozen weights: the base the actor never trains
+        judge_base = (strip_adapters(policy), actor.frozen)
+    elif reference is not None:
+        judge_base = (policy, reference.params)
     reward_model = None
     if config.rewards.model:
         models = [
@@ -218,5 +264,27 @@ def build_roles(
         model_weight=config.rewards.model_weight,
         process=process,
         process_weight=config.rewards.process_weight,
+        judges=build_judge_mixture(config, parts, judge_base),
     )
     return Roles(placement, actor, rollout, reward, reference, critic)
+
+
+def build_judge_mixture(config, parts: RunParts, base) -> JudgeMixture | None:
+    """The judges of `config.constraints.judges` (None without any); the LLM judge reads
+    `base` = (graph model, frozen params): the policy's base weights."""
+    if "constraints" not in config or not judge_names(config):
+        return None
+
+    def llm(question: str, threshold: float) -> LLMJudge:
+        model, params = base
+        return LLMJudge(
+            model,
+            params,
+            parts.tokenizer,
+            question=question,
+            threshold=threshold,
+            timeout_s=max(60.0, config.constraints.judge_timeout_s),
+        )
+
+    judges = build_judges(config, llm=llm)
+    return JudgeMixture(judges, timeout_s=config.constraints.judge_timeout_s)

@@ -73,6 +73,20 @@ TIME_KEYS = (
 )
 
 
+def _violations(reward_out) -> np.ndarray | None:
+    """float32 [K, B] verdicts of the reward role's judges (per_function "judge/<name>", in
+    order), or None without judges."""
+    rows = [v for k, v in reward_out.per_function.items() if k.startswith("judge/")]
+    return np.stack(rows).astype(np.float32) if rows else None
+
+
+def _mean_of_verdicts(values: np.ndarray) -> float:
+    """Mean over the non-NaN entries (0.0 when there are none)."""
+    values = np.asarray(values, np.float64)
+    known = values[~np.isnan(values)]
+    return float(known.mean()) if known.size else 0.0
+
+
 def rollout_seed(seed: int, step: int) -> int:
     """The sampling seed of RL step `step` (row b then uses fold_in(key(seed), b))."""
     return (seed * 1_000_003 + step) % (2**31 - 1)
@@ -165,8 +179,11 @@ class OnlineRun:
         self.summary: dict[str, Any] = {}
         self.writer = MetricsWriter(workdir)
         self.eval_sets = build_eval_sets(config)  # the run's task first
-        self.evaluator = Evaluator(
-            parts.model, parts.tokenizer, roles.reward, eval_settings(config)
+        self.evaluator = Evaluator(  # decodes with the rollout's weights, so its graph
+            roles.rollout.decode_model,
+            parts.tokenizer,
+            roles.reward.without_judges(),
+            eval_settings(config),
         )
         self._train_shapes: set[tuple[int, ...]] = set()
         self._off_policy = OffPolicyConfig.from_config(config)
@@ -287,14 +304,17 @@ class OnlineRun:
         """`generated` plus what the algorithm's train-side roles add (reference log-probs,
         critic values), computed with their current weights."""
         roles, rollout = self.roles, generated.rollout
+        group = self.config.rollout.group_size
         return Experience(
             rollout=rollout,
             rewards=generated.reward_out.total,
-            group_size=self.config.rollout.group_size,
+            group_size=group,
             ref_logp=None if roles.reference is None else roles.reference.logprobs(rollout.tokens),
             values=None if roles.critic is None else roles.critic.values(rollout.tokens),
             baseline_rewards=generated.baseline_rewards,
             references=generated.references,
+            violations=_violations(generated.reward_out),
+            sources=tuple(e.source for e in generated.examples for _ in range(group)),
         )
 
     def proximal_logprobs(self, tokens_bt) -> np.ndarray:
@@ -349,15 +369,17 @@ class OnlineRun:
     def step(self, step: int) -> StepRecord:
         """Sync the rollout's weights, generate, learn: one synchronous RL step."""
         start = time.time()
-        sync = self.roles.rollout.sync(self.roles.actor.params)
+        actor_params = self.roles.actor.params
+        sync = self.roles.rollout.sync(actor_params)
         generated = self.generate(step, self.roles.rollout.params)
         self.roles.rollout.release()
+        payload = self.roles.rollout.sync_payload_bytes(actor_params)
         return self.learn(
             step,
             generated,
             data_after=self.parts.batcher.state(),
             start=start,
-            scalars={"time/sync_s": sync.seconds},
+            scalars={"time/sync_s": sync.seconds, "sync/payload_bytes": float(payload)},
         )
 
     def learn(
@@ -399,8 +421,9 @@ class OnlineRun:
             ),
             "reward/errors": float(sum(reward_out.num_errors.values())),
             "reward/timeouts": float(sum(reward_out.num_timeouts.values())),
-            **{  # the learned rewards' and extra functions' means (the task's is the accuracy)
-                f"reward/{name}": float(np.mean(values))
+            **{  # the learned rewards' and extra functions' means (the task's is the accuracy);
+                # a judge's is its violation rate over the samples it gave a verdict on
+                f"reward/{name}": _mean_of_verdicts(values)
                 for name, values in reward_out.per_function.items()
                 if name != "task"
             },
