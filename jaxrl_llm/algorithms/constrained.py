@@ -4,8 +4,8 @@
 wrapped one turns them into advantages or pairs (`jaxrl_llm.constraints`):
 
 - mode "lagrangian": r - sum_k lambda_k c_k over the judges (c = 1 when violated, bound = the
-  allowed violation rate) and the length budgets (c = n / B_c, bound 1), the multipliers
-  updated by dual ascent after each step (Tessler et al. 2019; multi-objective rewards held by
+  allowed violation rate) and the length budgets (c = the excess (n / B_c - 1)+, bound 0), the
+  multipliers updated by dual ascent after each step (Tessler et al. 2019; multi-objective rewards held by
   multipliers as in Moskovitz et al. 2023).
 - mode "crpg" / "crraft" / "codpo": CGPO (Xu et al. 2024): judges are hard filters. CRPG wraps a
   policy-gradient algorithm (its rewards become calibrated, 0 when violated), CRRAFT imitates
@@ -13,9 +13,10 @@ wrapped one turns them into advantages or pairs (`jaxrl_llm.constraints`):
   wraps online DPO (chosen: best feasible; rejected: worst violating). Length budgets, if any,
   still act through their multipliers.
 
-The multipliers sit beside the wrapped algorithm's state (`{"base": ..., "multipliers": [K + C]}`,
-no "multipliers" without any), checkpointed with the run; their values and each constraint's batch value are logged
-as "constraint/<name>/multiplier" and "constraint/<name>/value".
+The multipliers sit beside the wrapped algorithm's state (`{"base": ..., "multipliers":
+[K + C]}`, no "multipliers" without any), checkpointed with the run. Each multiplier and its
+constraint's batch value are logged as "constraint/<name>/multiplier" and ".../value", each
+budgeted class's mean length and over-budget share as "budget/<class>/...".
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def constrain(algorithm: Algorithm, spec: ConstraintSpec) -> Algorithm:
         )
     names = spec.names
     bounds = np.asarray(
-        (spec.bounds if spec.mode == "lagrangian" else ()) + (1.0,) * len(spec.budgets),
+        (spec.bounds if spec.mode == "lagrangian" else ()) + (0.0,) * len(spec.budgets),
         np.float32,
     )
 
@@ -121,6 +122,9 @@ def constrain(algorithm: Algorithm, spec: ConstraintSpec) -> Algorithm:
         rewards = np.asarray(experience.rewards, np.float32)
         costs = _costs(spec, experience)
         scalars = {}
+        if spec.budgets:  # mean length, budget and over-budget share of each class
+            lengths = np.asarray(experience.rollout.lengths)
+            scalars.update(budget_lib.budget_metrics(lengths, experience.sources, spec.budgets))
         if names:
             values = constraint_values(costs)
             rewards = lagrangian_rewards(rewards, costs, state["multipliers"])

@@ -160,6 +160,19 @@ def _is_gemma3(config: ModelConfig) -> bool:
     return all(gemma)
 
 
+def _shape_fields(config: ModelConfig) -> dict[str, int]:
+    """The `config.json` sizes every decoder family shares."""
+    return {
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+    }
+
+
 def _gemma3_config_to_hf(config: ModelConfig) -> dict[str, Any]:
     """The `config.json` of a Gemma 3 text model (transformers' Gemma3ForCausalLM)."""
     layer_types = list(config.layer_types or ["full_attention"] * config.num_layers)
@@ -172,13 +185,7 @@ def _gemma3_config_to_hf(config: ModelConfig) -> dict[str, Any]:
     return {
         "architectures": ["Gemma3ForCausalLM"],
         "model_type": "gemma3_text",
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "intermediate_size": config.intermediate_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads,
-        "num_key_value_heads": config.num_kv_heads,
-        "head_dim": config.head_dim,
+        **_shape_fields(config),
         "hidden_activation": "gelu_pytorch_tanh",
         "layer_types": layer_types,
         "sliding_window": config.sliding_window or config.max_position_embeddings,
@@ -219,13 +226,7 @@ def config_to_hf(config: ModelConfig) -> dict[str, Any]:
     hf: dict[str, Any] = {
         "architectures": ["Qwen2ForCausalLM" if config.attention_bias else "LlamaForCausalLM"],
         "model_type": model_type,
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "intermediate_size": config.intermediate_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads,
-        "num_key_value_heads": config.num_kv_heads,
-        "head_dim": config.head_dim,
+        **_shape_fields(config),
         "hidden_act": "silu",
         "rope_theta": config.rope_theta,
         "rms_norm_eps": config.rms_norm_eps,

@@ -71,12 +71,15 @@ def test_budget_multiplier_per_prompt_class():
     )
     state = algorithm.init()
     _, scalars = algorithm.make_batch(experience, state)
-    assert scalars["constraint/length/chain_sum/value"] == pytest.approx(1.5)  # (2 + 1) / 2 / 1
-    assert scalars["constraint/length/gcd/value"] == pytest.approx(0.375)
+    # mean excess (n / B - 1)+: chain_sum (1 + 0) / 2; gcd lengths 1 and 2 are within 4
+    assert scalars["constraint/length/chain_sum/value"] == pytest.approx(0.5)
+    assert scalars["constraint/length/gcd/value"] == pytest.approx(0.0)
+    assert scalars["budget/chain_sum/mean_length"] == 1.5
+    assert scalars["budget/chain_sum/over_budget"] == 0.5
     state = algorithm.update(state, scalars)
-    np.testing.assert_allclose(state["multipliers"], [0.25, 0.0])  # over budget; under
+    np.testing.assert_allclose(state["multipliers"], [0.25, 0.0])  # over budget; within
     batch, _ = algorithm.make_batch(experience, state)
-    # chain_sum: 1 - 0.25 * 2 = 0.5 against 1 - 0.25 * 1 = 0.75: the shorter one wins
+    # chain_sum: 1 - 0.25 * 1 = 0.75 (one token over) against 1 (within): the shorter one wins
     assert _advantages(batch)[1] > 0 > _advantages(batch)[0]
 
 

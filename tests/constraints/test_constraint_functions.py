@@ -97,7 +97,8 @@ def test_budgets_parse_cost_and_report():
     lengths = np.array([6, 24, 12, 30])
     classes = ["chain_sum", "chain_sum", "gcd", "other"]
     costs = length_costs(lengths, classes, {"chain_sum": 12, "gcd": 24})
-    np.testing.assert_allclose(costs, [[0.5, 2.0, NAN, NAN], [NAN, NAN, 0.5, NAN]])
+    # only the excess over the budget costs: (24 / 12 - 1) = 1 for the over-long chain_sum row
+    np.testing.assert_allclose(costs, [[0.0, 1.0, NAN, NAN], [NAN, NAN, 0.0, NAN]])
     metrics = budget_metrics(lengths, classes, {"chain_sum": 12, "gcd": 24})
     assert metrics["budget/chain_sum/mean_length"] == 15.0
     assert metrics["budget/chain_sum/over_budget"] == 0.5
