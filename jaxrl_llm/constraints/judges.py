@@ -141,7 +141,10 @@ class JudgeOutput(NamedTuple):
             judged = row[~np.isnan(row)]
             out[f"{prefix}/{name}/violation_rate"] = float(judged.mean()) if judged.size else 0.0
             out[f"{prefix}/{name}/no_verdict"] = float(np.isnan(row).sum())
-        out[f"{prefix}/any_violation_rate"] = float(self.violated().mean()) if row.size else 0.0
+        any_violated = self.violated()
+        out[f"{prefix}/any_violation_rate"] = (
+            float(any_violated.mean()) if any_violated.size else 0.0
+        )
         return out
 
 

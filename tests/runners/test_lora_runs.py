@@ -4,6 +4,7 @@ and reference) runs with the rollout merging the adapters; SFT exports merged we
 
 import jax
 import numpy as np
+import pytest
 
 from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
@@ -53,6 +54,7 @@ def test_lora_grpo_resumes_from_adapter_checkpoints(tmp_path, text_reward):
     assert 0 < payload < base / 10  # only the adapters travel to the rollout
 
 
+@pytest.mark.slow  # the default target keeps its 20 minutes; GRPO's LoRA run above stays there
 def test_lora_ppo_with_the_rollout_merging_adapters(tmp_path, text_reward):
     config = _config(
         "experiments/configs/ppo_tiny.py", 2, **{"model.lora.rollout": "merge", "eval.after": True}
@@ -63,6 +65,7 @@ def test_lora_ppo_with_the_rollout_merging_adapters(tmp_path, text_reward):
     assert np.isfinite(rows[2]["train/loss"]) and rows[2]["train/grad_norm"] > 0
 
 
+@pytest.mark.slow
 def test_lora_sft_exports_a_merged_model(tmp_path):
     from jaxrl_llm.models import from_pretrained
     from jaxrl_llm.models.lora import has_adapters
