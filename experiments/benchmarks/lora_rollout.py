@@ -98,7 +98,7 @@ def main() -> None:
             "sync s": _timed(sync, args.repeats),
             "decode s": _timed(lambda: rollout.sample(prompts, seed=0), args.repeats),
             "decode weights MiB": sum(x.nbytes for x in jax.tree.leaves(rollout.params)) / 2**20,
-            "sync payload MiB": rollout.sync_payload_bytes(actor.params) / 2**20,
+            "sync payload MiB": rollout.sync_payload_bytes / 2**20,
         }
         return figures, rollout.sample(prompts, seed=0)
 

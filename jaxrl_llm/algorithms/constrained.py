@@ -29,6 +29,7 @@ from jaxrl_llm.algorithms.base import Algorithm, Experience
 from jaxrl_llm.algorithms.batch import build_batch
 from jaxrl_llm.constraints import budget as budget_lib
 from jaxrl_llm.constraints import cgpo
+from jaxrl_llm.constraints.judges import any_violated
 from jaxrl_llm.constraints.lagrangian import constraint_values, dual_ascent, lagrangian_rewards
 
 MODES = ("none", "lagrangian", "crpg", "crraft", "codpo")
@@ -132,7 +133,7 @@ def constrain(algorithm: Algorithm, spec: ConstraintSpec) -> Algorithm:
                 scalars[f"constraint/{name}/value"] = float(value)
                 scalars[f"constraint/{name}/multiplier"] = float(lam)
         if spec.mode in ("crpg", "crraft", "codpo"):
-            violated = np.nan_to_num(_violations(spec, experience), nan=0.0).max(axis=0) > 0
+            violated = any_violated(_violations(spec, experience))
             scalars["constraint/violated"] = float(violated.mean())
             if spec.mode == "crpg":
                 rewards = cgpo.crpg_rewards(rewards, violated, g, experience.baseline_rewards)

@@ -115,6 +115,12 @@ class VerifierJudge:
         return Verdict(True, f"score {score:g}") if score < self.threshold else Verdict(False)
 
 
+def any_violated(violations_kb: np.ndarray) -> np.ndarray:
+    """bool [B]: some judge says violated in float [K, B] verdicts (1 / 0, NaN = no verdict,
+    which counts as not violated)."""
+    return np.nan_to_num(np.asarray(violations_kb), nan=0.0).max(axis=0, initial=0.0) > 0
+
+
 class JudgeOutput(NamedTuple):
     """Verdicts of K judges on B completions.
 
@@ -130,8 +136,8 @@ class JudgeOutput(NamedTuple):
     num_failed: dict[str, int]
 
     def violated(self) -> np.ndarray:
-        """bool [B]: some judge with a verdict says violated (NaN counts as not violated)."""
-        return np.nan_to_num(self.violations, nan=0.0).max(axis=0, initial=0.0) > 0
+        """bool [B]: some judge with a verdict says violated (see `any_violated`)."""
+        return any_violated(self.violations)
 
     def metrics(self, prefix: str = "judge") -> dict[str, float]:
         """Per judge: the violation rate over samples with a verdict, and failed calls."""

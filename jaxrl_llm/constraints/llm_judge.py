@@ -36,7 +36,7 @@ _YES, _NO = ("yes", "Yes", " yes", " Yes"), ("no", "No", " no", " No")
 
 
 def _first_token_ids(tokenizer, spellings) -> list[int]:
-    ids = {tokenizer.encode(s)[0] for s in spellings if tokenizer.encode(s)}
+    ids = {ids[0] for ids in map(tokenizer.encode, spellings) if ids}
     if not ids:
         raise ValueError(f"LLMJudge: the tokenizer encodes none of {spellings}.")
     return sorted(ids)

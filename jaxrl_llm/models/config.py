@@ -245,19 +245,12 @@ def tiny_config(**overrides: Any) -> ModelConfig:
 def tiny_gemma3_config(**overrides: Any) -> ModelConfig:
     """A small random-weight Gemma-3-style config for tests: 4 layers (local, local, global,
     local), window 4, QK-norm, sandwich norms, GeGLU, (1 + scale) norms, scaled embeddings."""
-    fields = dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
+    fields = dict(  # `tiny_config`'s sizes, with Gemma's features
         num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
         head_dim=32,
         rope_theta=1_000_000.0,
         rope_local_theta=10_000.0,
         rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-        max_position_embeddings=512,
         layer_types=interleaved_layer_types(4, global_every=3),
         sliding_window=4,
         qk_norm=True,
@@ -268,4 +261,4 @@ def tiny_gemma3_config(**overrides: Any) -> ModelConfig:
         query_pre_attn_scalar=24.0,
     )
     fields.update(overrides)
-    return ModelConfig(**fields)
+    return tiny_config(**fields)

@@ -180,15 +180,12 @@ class Tokenizer:
         ]
         backend.add_special_tokens(specials)
 
-        def name(i):
-            return None if i is None or i >= len(tokens) else tokens[i]
-
         return cls(
             backend,
             chat_template=chat_template,
-            eos_token=name(eos_token_id),
-            bos_token=name(bos_token_id),
-            pad_token=name(pad_token_id),
+            eos_token=_token_at(tokens, eos_token_id),
+            bos_token=_token_at(tokens, bos_token_id),
+            pad_token=_token_at(tokens, pad_token_id),
         )
 
     @classmethod
@@ -248,10 +245,7 @@ class Tokenizer:
             ]
         )
 
-        def name(i):
-            return None if i is None or i >= len(tokens) else tokens[i]
-
-        bos = name(bos_token_id)
+        bos = _token_at(tokens, bos_token_id)
         if add_bos_token and bos is not None:
             backend.post_processor = processors.TemplateProcessing(
                 single=f"{bos} $A",
@@ -261,9 +255,9 @@ class Tokenizer:
         return cls(
             backend,
             chat_template=chat_template,
-            eos_token=name(eos_token_id),
+            eos_token=_token_at(tokens, eos_token_id),
             bos_token=bos,
-            pad_token=name(pad_token_id),
+            pad_token=_token_at(tokens, pad_token_id),
             add_bos_token=add_bos_token and bos is not None,
         )
 
@@ -386,6 +380,11 @@ class Tokenizer:
         """Token-id sequences of the `stop_texts()` longer than one token, for the decode
         engine's `stop_sequences` (Gemma: "\\nQuestion:" is [107, 14977, 236787])."""
         return [ids for ids in map(self.encode, self.stop_texts()) if len(ids) > 1]
+
+
+def _token_at(tokens: Sequence[str], i: int | None) -> str | None:
+    """The GGUF vocabulary's token `i`, or None for an absent or out-of-range id."""
+    return None if i is None or i >= len(tokens) else tokens[i]
 
 
 def _merges_by_vocabulary_order(

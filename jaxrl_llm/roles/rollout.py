@@ -26,6 +26,7 @@ from jax.sharding import Mesh
 
 from jaxrl_llm.models.lora import (
     ROLLOUT_MODES,
+    adapter_bytes,
     adapter_scale,
     has_adapters,
     merged_params,
@@ -77,8 +78,14 @@ class RolloutWorker:
             raise ValueError(f"lora_rollout={lora_rollout!r} must be one of {ROLLOUT_MODES}.")
         self.lora = has_adapters(model)
         self.lora_rollout = lora_rollout if self.lora else None
+        full = nnx.state(model, nnx.Param)
+        # What a sync sends once the rollout holds the base (what crosses to a split rollout
+        # mesh): every weight, or with LoRA the adapters alone. Fixed by the model's shapes.
+        self.sync_payload_bytes = (
+            adapter_bytes(full) if self.lora else sum(x.nbytes for x in jax.tree.leaves(full))
+        )
         if self.lora:
-            full_shardings = param_shardings(nnx.state(model, nnx.Param), mesh, rules)
+            full_shardings = param_shardings(full, mesh, rules)
             self._adapter_shardings, self._base_shardings = split_adapters(full_shardings)
             self._base: nnx.State | None = None  # the decode layout of the frozen base
             if lora_rollout == "merge":
@@ -114,12 +121,6 @@ class RolloutWorker:
             return stats
         self.params, stats = reshard(actor_params, self.shardings, donate=False)
         return stats
-
-    def sync_payload_bytes(self, actor_params: nnx.State) -> int:
-        """Bytes a sync of `actor_params` sends once the rollout holds the base: every weight
-        without LoRA, the adapters alone with it (what crosses to a split rollout mesh)."""
-        tree = split_adapters(actor_params)[0] if self.lora else actor_params
-        return sum(x.nbytes for x in jax.tree.leaves(tree))
 
     def _lora_decode_params(self, actor_params: nnx.State, *, copy: bool):
         """(decode-layout params, stats) of a LoRA actor's full state: the base is laid out at
@@ -158,8 +159,10 @@ class RolloutWorker:
         """
         if self.lora:
             params, stats = self._lora_decode_params(actor_params, copy=True)
-            adapters = split_adapters(params)[0] if self.lora_rollout == "apply" else params
-            written = sum(x.nbytes for x in jax.tree.leaves(adapters))
+            if self.lora_rollout == "apply":  # the base is shared, the adapters written
+                written = adapter_bytes(params)
+            else:  # the whole merged copy is written
+                written = sum(x.nbytes for x in jax.tree.leaves(params))
             return params, stats._replace(bytes=written)
         start = time.perf_counter()
         params, stats = reshard(actor_params, self.shardings, donate=False)

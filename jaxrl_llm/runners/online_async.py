@@ -239,10 +239,6 @@ class AsyncRun(OnlineRun):
             "async/queue_depth": float(depth),
             "async/learner_idle_s": learner_idle,
             "async/generator_idle_s": batch.generator_idle_s,
-            # what a sync to a split rollout sends (every weight, or LoRA's adapters alone)
-            "sync/payload_bytes": float(
-                self.roles.rollout.sync_payload_bytes(self.roles.actor.params)
-            ),
         }
         if self.processes == 2:
             scalars["async/pull_s"] = batch.pull_s

@@ -369,17 +369,15 @@ class OnlineRun:
     def step(self, step: int) -> StepRecord:
         """Sync the rollout's weights, generate, learn: one synchronous RL step."""
         start = time.time()
-        actor_params = self.roles.actor.params
-        sync = self.roles.rollout.sync(actor_params)
+        sync = self.roles.rollout.sync(self.roles.actor.params)
         generated = self.generate(step, self.roles.rollout.params)
         self.roles.rollout.release()
-        payload = self.roles.rollout.sync_payload_bytes(actor_params)
         return self.learn(
             step,
             generated,
             data_after=self.parts.batcher.state(),
             start=start,
-            scalars={"time/sync_s": sync.seconds, "sync/payload_bytes": float(payload)},
+            scalars={"time/sync_s": sync.seconds},
         )
 
     def learn(
@@ -428,6 +426,8 @@ class OnlineRun:
                 if name != "task"
             },
             "completion/length": float(np.mean(rollout.lengths)),
+            # what a sync to a split rollout sends: every weight, or LoRA's adapters alone
+            "sync/payload_bytes": float(self.roles.rollout.sync_payload_bytes),
             "completion/eos_fraction": float(np.mean(rollout.finish_reason != 0)),
             **_work_metrics(generated.work),
             "train/rows": float(batch.tokens.shape[0]),
