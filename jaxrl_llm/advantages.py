@@ -17,6 +17,7 @@ __all__ = [
     "discounted_returns",
     "gae",
     "grpo",
+    "group_turn_advantages",
     "reinforce_pp",
     "remax",
     "rloo",
@@ -202,6 +203,57 @@ def discounted_returns(rewards_bt: jax.Array, mask_bt: jax.Array, *, gamma: floa
         return returns_t
 
     return jax.vmap(one_sequence)(rewards_bt, valid_bt)
+
+
+def group_turn_advantages(
+    returns_bgk: jax.Array,
+    mask_bgk: jax.Array,
+    *,
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+) -> jax.Array:
+    """Turn-level group advantages: each turn's return against the same turn of the group.
+
+    For multi-turn episodes with per-turn rewards, in the spirit of REFUEL ("Regressing the
+    Relative Future: Efficient Policy Optimization for Multi-turn RLHF", 2410.04612) and ArCHer
+    (2402.19446): a turn is credited with its own and later turns' rewards (its return R_gk,
+    e.g. `discounted_returns` over the turns) compared with the returns of turn k in the other
+    episodes of the same prompt, GRPO-style:
+
+        A_gk = (R_gk - mean_{j: k in j} R_jk) / (std_{j: k in j} R_jk + eps)
+
+    over the episodes j of the group that reached turn k (unbiased std; `normalize_std=False`
+    only centres). A turn that no other episode of its group reached has no baseline: 0.
+
+    Args:
+      returns_bgk: [num_prompts, G, K] turn returns.
+      mask_bgk: [num_prompts, G, K], nonzero where episode g has turn k.
+      normalize_std: divide by the std over the group's episodes at that turn.
+      eps: added to the std.
+
+    Returns:
+      [num_prompts, G, K] advantages, 0 where the mask is 0.
+
+    Example:
+      >>> returns = jnp.array([[[1.0, 1.0], [0.0, 0.0], [1.0, 0.0]]])   # G = 3, K = 2
+      >>> mask = jnp.array([[[1, 1], [1, 1], [1, 0]]])
+      >>> group_turn_advantages(returns, mask, normalize_std=False)
+      Array([[[ 0.33333334,  0.5       ],
+              [-0.6666666 , -0.5       ],
+              [ 0.33333334,  0.        ]]], dtype=float32)
+    """
+    _checks.same_shape(
+        "group_turn_advantages", axes="[B, G, K]", returns=returns_bgk, mask=mask_bgk
+    )
+    (returns_bgk,) = _data(returns_bgk)
+    valid = (mask_bgk > 0).astype(returns_bgk.dtype)
+    count_bk = valid.sum(axis=1, keepdims=True)
+    mean_bk = (returns_bgk * valid).sum(axis=1, keepdims=True) / jnp.maximum(count_bk, 1.0)
+    centred = (returns_bgk - mean_bk) * valid
+    if normalize_std:
+        var_bk = (centred**2).sum(axis=1, keepdims=True) / jnp.maximum(count_bk - 1.0, 1.0)
+        centred = centred / (jnp.sqrt(var_bk) + eps)
+    return jnp.where(count_bk > 1, centred, 0.0)
 
 
 def reinforce_pp(rewards_bt: jax.Array, mask_bt: jax.Array, *, gamma: float = 1.0) -> jax.Array:

@@ -211,6 +211,12 @@ def base_config() -> ml_collections.ConfigDict:
     from jaxrl_llm.constraints.config import constraints_section
 
     c.constraints = constraints_section()
+
+    # Multi-turn episodes (tool use, multi-turn instruction following) instead of one
+    # completion per prompt; see jaxrl_llm/envs/config.py.
+    from jaxrl_llm.envs.config import env_section
+
+    c.env = env_section()
     return c
 
 
@@ -363,8 +369,12 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"{PREFIX_SHARING_MODES}."
         )
     from jaxrl_llm.data.presets import resolve_task
+    from jaxrl_llm.envs.config import validate_env_section
+    from jaxrl_llm.envs.tasks import TASKS_WITH_OWN_DATA
 
-    resolve_task(config.task.name, config.task.kwargs.to_dict())  # names a bad task or field
+    validate_env_section(config)
+    if config.env.name not in TASKS_WITH_OWN_DATA:  # else the episode task makes its examples
+        resolve_task(config.task.name, config.task.kwargs.to_dict())  # names a bad task or field
     for name in eval_task_names(config):
         resolve_task(name)
     if config.eval.num_samples < 0 or (config.eval.num_samples and not config.eval.temperature > 0):

@@ -65,6 +65,9 @@ class Experience(NamedTuple):
       violations: float32 [K, B] judge verdicts (1 violated, 0 not, NaN none) of the run's
         `config.constraints` judges, when it has some (`jaxrl_llm.constraints`).
       sources: the `Example.source` of every row, [B] (prompt classes of length budgets).
+      turn_rewards: float32 [B, K] each turn's reward of multi-turn episodes (NaN after an
+        episode's last turn), else None (`jaxrl_llm.envs`).
+      turn_index: int32 [B, T] the turn of each model token of an episode (-1 elsewhere).
     """
 
     rollout: Any
@@ -76,6 +79,8 @@ class Experience(NamedTuple):
     references: References | None = None
     violations: np.ndarray | None = None
     sources: tuple[str, ...] | None = None
+    turn_rewards: np.ndarray | None = None
+    turn_index: np.ndarray | None = None
 
 
 def roles_for(kl_beta: float, *extra: str) -> tuple[str, ...]:

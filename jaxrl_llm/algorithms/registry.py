@@ -94,11 +94,17 @@ def get(name: str) -> AlgorithmSpec:
 
 
 def make(config: ml_collections.ConfigDict) -> Algorithm:
-    """The `Algorithm` named by `config.algorithm`, built from the config (checked), under
-    `config.constraints` when the run has some (`jaxrl_llm.algorithms.constrained`)."""
+    """The `Algorithm` named by `config.algorithm`, built from the config (checked), with
+    turn-level credit for multi-turn episodes when `config.env.credit == "turn"`
+    (`jaxrl_llm.algorithms.turn_credit`), under `config.constraints` when the run has some
+    (`jaxrl_llm.algorithms.constrained`)."""
     from jaxrl_llm.algorithms.constrained import constrain
     from jaxrl_llm.constraints.config import constraint_spec
 
     algorithm = check_algorithm(get(config.algorithm).make(config))
+    if "env" in config and config.env.name and config.env.credit == "turn":
+        from jaxrl_llm.algorithms.turn_credit import with_turn_credit
+
+        algorithm = with_turn_credit(algorithm, gamma=config.env.turn_discount)
     spec = constraint_spec(config) if "constraints" in config else None
     return algorithm if spec is None else constrain(algorithm, spec)

@@ -34,7 +34,8 @@ from jaxrl_llm.models.lora import (
     strip_adapters,
 )
 from jaxrl_llm.rollout import CacheLayout, DecodeWork, Rollout
-from jaxrl_llm.rollout.chat import chat_generator
+from jaxrl_llm.rollout.chat import chat_generation_config, chat_generator
+from jaxrl_llm.rollout.episodes import EpisodeDecoder
 from jaxrl_llm.rollout.inflight import InflightRollout, WeightsSource, generate_inflight
 from jaxrl_llm.sharding import DECODE_RULES, ReshardStats, Rules, param_shardings, reshard
 
@@ -112,6 +113,22 @@ class RolloutWorker:
         )
         self.params: nnx.State | None = None
         self.last_work: DecodeWork | None = None  # of the latest `sample`
+        self._tokenizer, self._cache_layout = tokenizer, cache
+
+    def episode_decoder(
+        self, *, num_slots: int, max_length: int, temperature: float
+    ) -> EpisodeDecoder:
+        """An `EpisodeDecoder` (multi-turn episodes, `jaxrl_llm.envs`) of the decode graph: turns
+        end at the tokenizer's end-of-turn ids; weights come from `sync` / `params=`."""
+        config = chat_generation_config(self._tokenizer, max_new_tokens=1, temperature=temperature)
+        return EpisodeDecoder(
+            self.decode_model, config, num_slots=num_slots, max_length=max_length,
+            cache_shardings=self._cache_layout,
+        )  # fmt: skip
+
+    def decode_params(self, params: nnx.State | None = None) -> nnx.State:
+        """`params`, or the synced weights (raises before the first `sync`)."""
+        return self._params(params)
 
     def sync(self, actor_params: nnx.State) -> ReshardStats:
         """Lays `actor_params` out in the decode layout on the rollout mesh (device to device).

@@ -133,9 +133,14 @@ def build_parts(config: ml_collections.ConfigDict) -> RunParts:
     model, tokenizer = load_policy(config)
     model = with_lora(model, config)
     task, overrides = config.task.name, config.task.kwargs.to_dict()
-    train_source = task_source(
-        task, seed=config.seed, size=config.task.train_size, overrides=overrides
-    )
+    if config.env.name:  # multi-turn episodes: the episode task's examples
+        from jaxrl_llm.envs.tasks import episode_task
+
+        train_source = episode_task(config).examples("train", config.seed, config.task.train_size)
+    else:
+        train_source = task_source(
+            task, seed=config.seed, size=config.task.train_size, overrides=overrides
+        )
     batcher = PromptBatcher(train_source, batch_size=config.rollout.num_prompts, seed=config.seed)
     optimizer = build_optimizer(config.optimizer, total_updates(config))
     return RunParts(model, tokenizer, train_source, batcher, build_rewards(config), optimizer)

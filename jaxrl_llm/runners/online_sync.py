@@ -148,6 +148,8 @@ class Generated(NamedTuple):
         rollout with in-flight updates (the weights may change between decode chunks); else
         None (one version, the batch's).
       references: the prompts' gold answers as completions (`Algorithm.reference_template`).
+      episodes: the `jaxrl_llm.envs.EpisodeBatch` of multi-turn episodes (`config.env`), whose
+        `rollout` is `rollout`; None for single-turn rollouts.
     """
 
     examples: list
@@ -159,6 +161,7 @@ class Generated(NamedTuple):
     seconds: dict[str, float]
     versions_bt: np.ndarray | None = None
     references: References | None = None
+    episodes: Any = None
 
 
 class OnlineRun:
@@ -178,16 +181,20 @@ class OnlineRun:
         self.meta: dict[str, Any] = {"step": 0, "data": parts.batcher.state(), "eval_before": None}
         self.summary: dict[str, Any] = {}
         self.writer = MetricsWriter(workdir)
-        self.eval_sets = build_eval_sets(config)  # the run's task first
-        self.evaluator = Evaluator(  # decodes with the rollout's weights, so its graph
-            roles.rollout.decode_model,
-            parts.tokenizer,
-            roles.reward.without_judges(),
-            eval_settings(config),
-        )
+        self.init_evaluation()
         self._train_shapes: set[tuple[int, ...]] = set()
         self._off_policy = OffPolicyConfig.from_config(config)
         self._proximal = None  # the actor's jitted log-prob forward, built on first use
+
+    def init_evaluation(self) -> None:
+        """Builds the held-out sets (`eval_sets`, the run's task first) and their evaluator."""
+        self.eval_sets = build_eval_sets(self.config)
+        self.evaluator = Evaluator(  # decodes with the rollout's weights, so its graph
+            self.roles.rollout.decode_model,
+            self.parts.tokenizer,
+            self.roles.reward.without_judges(),
+            eval_settings(self.config),
+        )
 
     # -- RunContext ---------------------------------------------------------------------------
     def state_tree(self) -> dict[str, Any]:
@@ -589,6 +596,10 @@ def train(
         from jaxrl_llm.runners.online_async import AsyncRun
 
         run_class = AsyncRun
+    elif config.env.name:
+        from jaxrl_llm.runners.online_episodes import EpisodeRun
+
+        run_class = EpisodeRun
     roles = build_roles(config, algorithm, parts, devices)
     run = run_class(config, workdir, algorithm, parts, roles)
     if hooks is None:

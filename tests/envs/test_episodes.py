@@ -1,0 +1,146 @@
+"""Multi-turn episodes on a tiny model: token-in/token-out rows, the log-prob invariant, limits."""
+
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from jaxrl_llm.envs.base import Environment, EpisodeLimits, StepResult
+from jaxrl_llm.envs.chat import EpisodeRenderer
+from jaxrl_llm.envs.episodes import MODEL, OBSERVATION, PROMPT, run_episodes
+from jaxrl_llm.models import Tokenizer, init_model, tiny_config
+from jaxrl_llm.rollout import GenerationConfig
+from jaxrl_llm.rollout.episodes import EpisodeDecoder
+from jaxrl_llm.training.logprobs import sequence_logprobs
+from tests.models.helpers import write_tiny_tokenizer
+
+
+class Scripted(Environment):
+    """Answers every turn with a user message "more <k>" until `turns` turns; reward = turn k."""
+
+    def __init__(self, turns: int = 3, sleep_s: float = 0.0, fail_at: int | None = None):
+        self.turns, self.sleep_s, self.fail_at, self.k = turns, sleep_s, fail_at, 0
+
+    def reset(self, example):
+        return [{"role": "user", "content": f"the cat {example}"}]
+
+    def step(self, reply):
+        self.k += 1
+        if self.fail_at == self.k:
+            raise RuntimeError("environment bug")
+        time.sleep(self.sleep_s)
+        done = self.k >= self.turns
+        return StepResult([{"role": "user", "content": f"more {self.k}"}], float(self.k), done)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok")
+    write_tiny_tokenizer(str(path))
+    return Tokenizer.from_hf_directory(str(path))
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return init_model(tiny_config(vocab_size=320, tie_word_embeddings=False), seed=0)
+
+
+def _decoder(model, tokenizer, *, slots=4, width=96, temperature=1.0):
+    config = GenerationConfig(
+        max_new_tokens=1,
+        temperature=temperature,
+        eos_ids=tuple(tokenizer.stop_token_ids()),
+        pad_id=tokenizer.pad_token_id,
+    )
+    return EpisodeDecoder(model, config, num_slots=slots, max_length=width)
+
+
+def _play(model, tokenizer, envs, *, slots=4, width=96, turn_tokens=6, max_turns=4, **kw):
+    limits = EpisodeLimits(
+        max_turns=max_turns, max_turn_tokens=turn_tokens, max_episode_tokens=width
+    )
+    return run_episodes(
+        _decoder(model, tokenizer, slots=slots, width=width),
+        EpisodeRenderer(tokenizer),
+        envs,
+        list(range(len(envs))),
+        limits=limits,
+        seed=3,
+        **kw,
+    )
+
+
+def test_rollout_logprobs_equal_trainer_logprobs_over_episodes(model, tokenizer):
+    batch = _play(model, tokenizer, [Scripted(3) for _ in range(6)])
+    r = batch.rollout
+    assert batch.end_reasons == ["done"] * 6
+    np.testing.assert_array_equal(batch.num_turns, 3)
+    # observations sit between the turns and are not model tokens
+    assert (batch.segments == OBSERVATION).sum(axis=1).min() > 0
+    np.testing.assert_array_equal(r.completion_mask, batch.segments == MODEL)
+    trainer, _ = jax.jit(lambda t: sequence_logprobs(model, t))(r.tokens)
+    trainer = np.where(r.completion_mask, np.asarray(trainer), 0.0)
+    np.testing.assert_allclose(r.raw_logprobs, trainer, atol=1e-5)
+    np.testing.assert_allclose(r.logprobs, trainer, atol=1e-5)  # temperature 1, no filter
+    np.testing.assert_array_equal(batch.turn_rewards[:, :3], [[1, 2, 3]] * 6)
+    assert np.isnan(batch.turn_rewards[:, 3]).all()
+
+
+def test_rows_hold_prompt_turns_and_rendered_observations(model, tokenizer):
+    batch = _play(model, tokenizer, [Scripted(2)])
+    renderer = EpisodeRenderer(tokenizer)
+    row, seg = batch.rollout.tokens[0], batch.segments[0]
+    prompt = renderer.prompt_ids([{"role": "user", "content": "the cat 0"}])
+    np.testing.assert_array_equal(row[: len(prompt)], prompt)
+    assert (seg[: len(prompt)] == PROMPT).all()
+    turn0 = np.nonzero(batch.turn_index[0] == 0)[0]
+    obs = np.nonzero(seg == OBSERVATION)[0]
+    assert obs[0] == turn0[-1] + 1  # the observation follows the turn directly
+    expected = renderer.observation_ids(
+        [{"role": "user", "content": "more 1"}], last_token=row[turn0[-1]]
+    )
+    np.testing.assert_array_equal(row[obs], expected)
+    text = tokenizer.decode(row[obs].tolist())
+    assert text.endswith("<|im_start|>user\nmore 1<|im_end|>\n<|im_start|>assistant\n")
+    # the separator comes from the template: the end-of-turn token only when the turn lacked it
+    closed = row[turn0[-1]] == tokenizer.token_to_id("<|im_end|>")
+    assert text.startswith("\n" if closed else "<|im_end|>\n")
+
+
+def test_episode_is_independent_of_slots_and_batch(model, tokenizer):
+    alone = _play(model, tokenizer, [Scripted(3) for _ in range(3)], slots=1)
+    together = _play(model, tokenizer, [Scripted(3) for _ in range(3)], slots=4)
+    np.testing.assert_array_equal(alone.rollout.tokens, together.rollout.tokens)
+    np.testing.assert_allclose(alone.rollout.raw_logprobs, together.rollout.raw_logprobs, atol=1e-5)
+
+
+def test_observations_prefill_only_their_tokens(model, tokenizer):
+    batch = _play(model, tokenizer, [Scripted(3) for _ in range(4)], slots=4)
+    appended = (batch.segments == PROMPT).sum() + (batch.segments == OBSERVATION).sum()
+    # and the last token of each turn that an observation follows
+    continued = (batch.num_turns - 1).sum()
+    assert batch.metrics["work/prefill_tokens"] == appended + continued
+    # one forward per sampled token besides each turn's first, which comes from the append
+    model_tokens = batch.rollout.completion_mask.sum()
+    assert batch.metrics["work/decode_active_steps"] == model_tokens - batch.num_turns.sum()
+
+
+def test_limits_end_episodes_with_reasons(model, tokenizer):
+    batch = _play(
+        model, tokenizer, [Scripted(10), Scripted(10), Scripted(3, fail_at=2)], max_turns=3
+    )
+    assert batch.end_reasons == ["max_turns", "max_turns", "env_error"]
+    assert batch.metrics["episode/end/max_turns"] == 2
+    assert batch.metrics["episode/end/env_error"] == 1
+    short = _play(model, tokenizer, [Scripted(10)], width=48, turn_tokens=6)
+    assert short.end_reasons == ["max_episode_tokens"]
+    assert short.rollout.sequence_lengths[0] <= 48
+
+
+def test_slow_step_does_not_hold_the_batch(model, tokenizer):
+    envs = [Scripted(1, sleep_s=1.5)] + [Scripted(4) for _ in range(3)]
+    batch = _play(model, tokenizer, envs, slots=4, width=192)
+    assert batch.end_reasons == ["done"] * 4
+    # the three fast episodes took several host rounds while the slow step ran
+    assert batch.metrics["episode/host_rounds"] >= 4
