@@ -16,7 +16,7 @@ def get_config():
     with c.unlocked():
         c.env.max_turns = 3
         c.env.max_turn_tokens = 48
-        c.env.max_episode_tokens = 512
+        c.env.max_episode_tokens = 256
         c.env.warmup_demos = 256
         c.env.warmup_steps = 24
         c.env.warmup_batch_size = 8
@@ -25,7 +25,7 @@ def get_config():
         c.rollout.group_size = 4
         c.train.num_steps = 40
         c.train.num_minibatches = 2
-        c.train.max_time_s = 900.0
+        c.train.max_time_s = 1080.0
         c.train.checkpoint_every = 5
         c.task.eval_size = 50
         c.eval.batch_size = 50

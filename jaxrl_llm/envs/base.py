@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["EnvFactory", "Environment", "EpisodeLimits", "StepResult"]
+__all__ = ["Environment", "EpisodeLimits", "StepResult"]
 
 
 class StepResult(NamedTuple):
@@ -59,10 +59,6 @@ class Environment(abc.ABC):
         """The JSON schemas of the tools this environment offers (for templates with a tool
         section); [] when it has none."""
         return []
-
-
-# Makes the environment of one episode from its data example's position and the example.
-EnvFactory = Callable[[Any], Environment]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -112,6 +112,7 @@ def run_episodes(
     params=None,
     refill_at: int | None = None,
     max_workers: int = 8,
+    step_grace_s: float = 0.05,
 ) -> EpisodeBatch:
     """Plays one episode per environment to its end; see the module docstring.
 
@@ -126,6 +127,8 @@ def run_episodes(
       refill_at: the host acts once this many running turns have ended (default: a quarter of
         the slots, at least 1).
       max_workers: threads running environment steps (tool calls) at once.
+      step_grace_s: how long the host waits for the steps of the turns that just ended before
+        it decodes on without the ones still running.
 
     Returns:
       `EpisodeBatch`.
@@ -214,11 +217,15 @@ def run_episodes(
                     counts["turn/length_cut"] += 1
                 pending[int(slot)] = executor.submit(_step, ep.env, reply)
             # 4. observations of the steps that have finished
-            if pending and not any(view.decoding[slot_row[s]] for s in running if s not in pending):
-                # nothing decodes: wait for the first step rather than spin
-                concurrent.futures.wait(
-                    pending.values(), return_when=concurrent.futures.FIRST_COMPLETED
-                )
+            if pending:
+                # Steps that finish within `step_grace_s` (a calculator: microseconds, plus
+                # thread hand-over) join this round; slower ones (a sandbox run) do not hold
+                # it. When nothing decodes, wait for the first step rather than spin.
+                concurrent.futures.wait(pending.values(), timeout=step_grace_s)
+                if not any(view.decoding[slot_row[s]] for s in running if s not in pending):
+                    concurrent.futures.wait(
+                        pending.values(), return_when=concurrent.futures.FIRST_COMPLETED
+                    )
             for slot in [s for s, f in pending.items() if f.done()]:
                 future = pending.pop(slot)
                 row = slot_row[slot]

@@ -36,9 +36,13 @@ __all__ = [
     "episode_task",
 ]
 
-TOOL_PREAMBLE = (
-    "You are a careful assistant. Use the calculator for every multiplication: call it, read "
-    "its result, then reply with only the final number."
+# The calculator task's system message: short, because the prompt is prefilled for every
+# episode and trained on in every row (the generic `tools_system_prompt`, with each tool's JSON
+# schema, is 330 tokens of SmolLM2's tokenizer; this one about 60).
+CALCULATOR_PROMPT = (
+    "You have a calculator tool. To use it, write exactly:\n"
+    '<tool_call>{{"name": "calculator", "arguments": {{"expression": "{example}"}}}}</tool_call>\n'
+    "Its result comes back in a message from the tool. Then reply with only the final number."
 )
 
 
@@ -86,7 +90,10 @@ def _tools(env_config) -> list:
 def calculator_task(config: ml_collections.ConfigDict) -> EpisodeTask:
     """Products with a calculator: `config.task` gives the reasoning-gym generator."""
     tools = _tools(config.env)
-    system = tools_system_prompt(tools, preamble=TOOL_PREAMBLE)
+    if [tool.name for tool in tools] == ["calculator"]:
+        system = CALCULATOR_PROMPT.format(example="12 * 34")
+    else:  # more tools: each one's JSON schema and the call format
+        system = tools_system_prompt(tools, preamble=CALCULATOR_PROMPT.format(example="12 * 34"))
 
     def examples(split: str, seed: int, size: int) -> list[Example]:
         overrides = config.task.kwargs.to_dict()

@@ -494,10 +494,17 @@ def _run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
     """What a resumed run must share with the run that wrote the checkpoints: the algorithm,
     the task as generated (preset resolved), the model, and how many older weight versions a
     checkpoint holds (deterministic asynchronous runs; another count would not restore)."""
-    task, kwargs = resolve_task(config["task"]["name"], dict(config["task"]["kwargs"]))
+    env = (config.get("env") or {}).get("name", "")  # absent from configs before episodes
+    from jaxrl_llm.envs.tasks import TASKS_WITH_OWN_DATA
+
+    if env in TASKS_WITH_OWN_DATA:  # the episode task makes its own examples
+        task, kwargs = env, {k: v for k, v in config["env"].items() if k.startswith(env)}
+    else:
+        task, kwargs = resolve_task(config["task"]["name"], dict(config["task"]["kwargs"]))
     # async_rl is absent from configs saved before the section existed
     slots = checkpoint_slots(config.get("async_rl") or {})
     return {
+        "episodes": env or "single-turn",
         "algorithm": config["algorithm"],
         "task": f"{task} {json.dumps(kwargs, sort_keys=True, default=list)}",
         "model": f"{config['model']['name']} ({config['model']['init']})",

@@ -144,3 +144,87 @@ def test_slow_step_does_not_hold_the_batch(model, tokenizer):
     assert batch.end_reasons == ["done"] * 4
     # the three fast episodes took several host rounds while the slow step ran
     assert batch.metrics["episode/host_rounds"] >= 4
+
+
+def test_decode_encode_round_trip_changes_ids_but_episodes_keep_sampled_ids(model, tokenizer):
+    """Re-encoding a sampled turn's text gives other ids (TRL #5224); the rows keep the sampled
+    ones, which is what makes the trainer's log-probs line up with the rollout's."""
+    batch = _play(model, tokenizer, [Scripted(3) for _ in range(6)])
+    r = batch.rollout
+    changed = 0
+    for b in range(r.tokens.shape[0]):
+        for turn in range(batch.num_turns[b]):
+            ids = r.tokens[b][batch.turn_index[b] == turn].tolist()
+            reencoded = tokenizer.encode(tokenizer.decode(ids))
+            changed += reencoded != ids
+    assert changed > 0  # the random model's turns are not in canonical tokenization
+    # the sampled ids are what the sampler scored: the rollout log-probs are theirs
+    trainer, _ = jax.jit(lambda t: sequence_logprobs(model, t))(r.tokens)
+    np.testing.assert_allclose(
+        r.raw_logprobs, np.where(r.completion_mask, np.asarray(trainer), 0.0), atol=1e-5
+    )
+
+
+class ScriptedTools(Environment):
+    """A `ToolEnv` whose "model" replies are scripted (the sampled text is ignored), so real
+    tool calls with faults run inside `run_episodes`."""
+
+    def __init__(self, replies):
+        from jaxrl_llm.envs.tool_env import ToolEnv
+        from jaxrl_llm.envs.tools import Tool
+
+        def boom(x: str):
+            raise RuntimeError("tool bug")
+
+        def hang(x: str):
+            time.sleep(5)
+
+        def loud(x: str):
+            return "y" * 1_000_000
+
+        schema = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+        tools = [
+            Tool("boom", "raises", schema, boom),
+            Tool("hang", "hangs", schema, hang, timeout_s=0.2),
+            Tool("loud", "prints a megabyte", schema, loud, max_output_chars=100),
+        ]
+        self.inner, self.replies = ToolEnv(tools, system_prompt="tools"), list(replies)
+
+    def reset(self, example):
+        return self.inner.reset(type("E", (), {"question": "q", "score": lambda s, a: 0.0})())
+
+    def step(self, reply):
+        return self.inner.step(self.replies.pop(0))
+
+
+def test_tool_faults_are_counted_and_do_not_stop_the_run(model, tokenizer):
+    call = '<tool_call>{{"name": "{}", "arguments": {}}}</tool_call>'
+    replies = [
+        call.format("boom", '{"x": "1"}')
+        + call.format("hang", '{"x": "1"}')
+        + call.format("loud", '{"x": "1"}'),
+        call.format("boom", '{"y": 1}') + call.format("nope", '{"x": "1"}'),
+        '<tool_call>{"name": "boom", "arguments": {"x": "never closed"',
+        "42",
+    ]
+    batch = _play(model, tokenizer, [ScriptedTools(replies)], width=2048, max_turns=6)
+    m = batch.metrics
+    assert batch.end_reasons == ["done"]
+    assert batch.num_turns[0] == 4
+    assert m["episode/tool/error"] == 1
+    assert m["episode/tool/timeout"] == 1
+    assert m["episode/tool/ok"] == 1 and m["episode/tool/truncated"] == 1
+    assert m["episode/tool/bad_arguments"] == 1 and m["episode/tool/unknown_tool"] == 1
+    assert m["episode/tool_call/unclosed"] == 1
+    assert m["episode/tool_call/attempts"] == 6 and m["episode/tool_call/well_formed"] == 5
+    # the megabyte reached the model cut to the tool's limit, with a marker
+    text = "\n".join(t for role, t in batch.transcripts[0] if role == "observation")
+    assert "truncated" in text and len(text) < 5_000
+
+
+def test_conversation_outgrowing_the_context_ends_the_episode(model, tokenizer):
+    long = "<tool_call>" + '{"name": "loud", "arguments": {"x": "1"}}' + "</tool_call>"
+    batch = _play(model, tokenizer, [ScriptedTools([long] * 8)], width=160, max_turns=8)
+    assert batch.end_reasons == ["max_episode_tokens"]
+    assert batch.metrics["episode/end/max_episode_tokens"] == 1
+    assert batch.rollout.sequence_lengths[0] <= 160

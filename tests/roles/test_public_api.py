@@ -1,4 +1,4 @@
-"""Every public name of the algorithms, roles, runners and evals packages has a docstring."""
+"""Every public name of the algorithms, roles, runners, evals and envs packages has a docstring."""
 
 import importlib
 
@@ -6,7 +6,14 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "package", ["jaxrl_llm.algorithms", "jaxrl_llm.roles", "jaxrl_llm.runners", "jaxrl_llm.evals"]
+    "package",
+    [
+        "jaxrl_llm.algorithms",
+        "jaxrl_llm.roles",
+        "jaxrl_llm.runners",
+        "jaxrl_llm.evals",
+        "jaxrl_llm.envs",
+    ],
 )
 def test_public_names_have_docstrings(package):
     module = importlib.import_module(package)

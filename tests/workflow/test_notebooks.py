@@ -15,7 +15,12 @@ from nbclient import NotebookClient
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
-NAMES = ["01_quickstart.ipynb", "02_grpo_tiny.ipynb", "03_custom_loss.ipynb"]
+NAMES = [
+    "01_quickstart.ipynb",
+    "02_grpo_tiny.ipynb",
+    "03_custom_loss.ipynb",
+    "04_multi_turn_episode.ipynb",
+]
 TINY = "experiments/configs/grpo_tiny.py"
 
 
@@ -74,3 +79,9 @@ def test_03_custom_loss(tmp_path):
     assert "hand-worked case and ppo_clip agree" in out
     assert "step 4: entropy" in out  # and the notebook asserts the entropy fell
     assert mpimg.imread(tmp_path / "run" / "plots" / "learning_curves.png").shape == (360, 2000, 4)
+
+
+def test_04_multi_turn_episode():
+    out = _execute("04_multi_turn_episode.ipynb", EPISODES=2, TURN_TOKENS=8)
+    assert "[observation]" in out and "[      model]" in out and "[     prompt]" in out
+    assert "max |rollout - trainer| log-prob" in out

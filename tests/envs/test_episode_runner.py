@@ -1,0 +1,67 @@
+"""`python -m jaxrl_llm.main`'s episode runs on tiny configs: tool use with SFT warm-up, and
+Multi-IF with turn-level credit; a rerun in the same workdir resumes."""
+
+import json
+import os
+
+import pytest
+
+from jaxrl_llm.config import load_config, validate_config
+from jaxrl_llm.runners.online_sync import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _rows(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("name", ["tool_calculator_tiny", "multi_if_tiny"])
+def test_episode_run_trains_and_resumes(name, tmp_path):
+    config = load_config(os.path.join(ROOT, "experiments/configs", f"{name}.py"))
+    workdir = str(tmp_path / name)
+    summary = train(config, workdir, progress=False)
+    assert summary["steps"] == config.train.num_steps
+    steps = [r for r in _rows(workdir) if "train/loss" in r]
+    assert [r["step"] for r in steps] == list(range(1, config.train.num_steps + 1))
+    first = steps[0]
+    assert first["episode/turns"] >= 1 and "episode/end/done" in first
+    assert first["train/rows"] == config.rollout.num_prompts * config.rollout.group_size
+    if name == "multi_if_tiny":
+        assert "turn0/score" in first and "algo/turn_advantage_abs" in first
+        assert "eval/turn2/accuracy" in _rows(workdir)[-1]
+    else:
+        assert summary["warmup"]["steps"] == config.env.warmup_steps
+        assert "eval/tool/episodes_with_call" in _rows(workdir)[0]
+    again = train(
+        load_config(os.path.join(ROOT, "experiments/configs", f"{name}.py")),
+        workdir,
+        progress=False,
+    )
+    assert again["steps"] == config.train.num_steps
+    assert len([r for r in _rows(workdir) if "train/loss" in r]) == config.train.num_steps
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("env.name", "chess", "config.env.name='chess'"),
+        ("env.credit", "token", "config.env.credit='token'"),
+        ("env.max_turn_tokens", 4096, "max_turn_tokens=4096 must be smaller"),
+        ("env.turn_discount", 0.0, "config.env.turn_discount=0.0"),
+        ("env.tools", "calculator,shell", "config.env.tools='calculator,shell'"),
+    ],
+)
+def test_bad_env_fields_are_named(field, value, message):
+    config = load_config(os.path.join(ROOT, "experiments/configs/tool_calculator_tiny.py"))
+    section, key = field.split(".")
+    with config.unlocked():
+        config[section][key] = value
+    with pytest.raises(
+        ValueError, match=message.replace("(", r"\(").replace(".", r"\.").replace("[", r"\[")
+    ):
+        validate_config(config)
+        from jaxrl_llm.envs.tasks import episode_task
+
+        episode_task(config)
