@@ -97,6 +97,13 @@ def validate_env_section(config: ml_collections.ConfigDict) -> None:
             f"config.env.warmup_steps={env.warmup_steps} needs warmup_demos > 0 (got "
             f"{env.warmup_demos}); every warmup field must be >= 0."
         )
+    from jaxrl_llm.constraints.config import constraint_spec
+
+    if constraint_spec(config) is not None:
+        raise ValueError(
+            "config.env.name is set with config.constraints: judges score single completions, "
+            "not episodes; clear config.constraints for episode runs."
+        )
     if config.async_rl.enabled:
         raise ValueError(
             "config.env.name is set with config.async_rl on: episodes run in the synchronous "

@@ -73,6 +73,12 @@ class EpisodeRun(OnlineRun):
     """`OnlineRun` over multi-turn episodes (see the module docstring)."""
 
     def __init__(self, config, workdir: str, algorithm, parts, roles):
+        if algorithm.baseline_rollout or algorithm.reference_template:
+            raise ValueError(
+                f"config.algorithm={algorithm.name!r} needs a greedy baseline or reference "
+                "responses, which multi-turn episodes do not make: use grpo, ppo, "
+                "reinforce_pp or online_dpo with config.env."
+            )
         self.task = episode_task(config)
         self.limits = episode_limits(config)
         self.renderer = EpisodeRenderer(parts.tokenizer)

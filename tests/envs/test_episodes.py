@@ -228,3 +228,23 @@ def test_conversation_outgrowing_the_context_ends_the_episode(model, tokenizer):
     assert batch.end_reasons == ["max_episode_tokens"]
     assert batch.metrics["episode/end/max_episode_tokens"] == 1
     assert batch.rollout.sequence_lengths[0] <= 160
+
+
+def test_renderer_takes_the_separator_from_the_template(tokenizer, tmp_path):
+    renderer = EpisodeRenderer(tokenizer)
+    messages = [{"role": "tool", "content": "408"}]
+    opener = "<|im_start|>tool\n408<|im_end|>\n<|im_start|>assistant\n"
+    assert renderer.observation_text(messages, turn_closed=True) == "\n" + opener
+    assert renderer.observation_text(messages, turn_closed=False) == "<|im_end|>\n" + opener
+    assert renderer.end_of_turn_id == tokenizer.token_to_id("<|im_end|>")
+    # a tokenizer without a chat template (the plain Question:/Answer: format) has no turns
+    import json
+    import os
+
+    write_tiny_tokenizer(str(tmp_path))
+    path = os.path.join(tmp_path, "tokenizer_config.json")
+    config = json.load(open(path))
+    del config["chat_template"]
+    json.dump(config, open(path, "w"))
+    with pytest.raises(ValueError, match="chat template"):
+        EpisodeRenderer(Tokenizer.from_hf_directory(str(tmp_path)))
