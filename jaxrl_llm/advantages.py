@@ -214,9 +214,10 @@ def group_turn_advantages(
 ) -> jax.Array:
     """Turn-level group advantages: each turn's return against the same turn of the group.
 
-    For multi-turn episodes with per-turn rewards, in the spirit of REFUEL ("Regressing the
-    Relative Future: Efficient Policy Optimization for Multi-turn RLHF", 2410.04612) and ArCHer
-    (2402.19446): a turn is credited with its own and later turns' rewards (its return R_gk,
+    See "Regressing the Relative Future: Efficient Policy Optimization for Multi-turn RLHF"
+    (REFUEL, 2410.04612) and "ArCHer: Training Language Model Agents via Hierarchical
+    Multi-Turn RL" (2402.19446). For multi-turn episodes with per-turn rewards, a turn is
+    credited with its own and later turns' rewards (its return R_gk,
     e.g. `discounted_returns` over the turns) compared with the returns of turn k in the other
     episodes of the same prompt, GRPO-style:
 

@@ -53,6 +53,7 @@ from jaxrl_llm.rollout.engine import (
     decode_step,
     next_token_logits,
     resolve_cache_shardings,
+    stop_flags,
 )
 from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
 from jaxrl_llm.rollout.types import FinishReason
@@ -195,11 +196,7 @@ def _record(
         jnp.concatenate([slots.window[:, 1:], out.tokens[:, None]], axis=1),
         slots.window,
     )
-    is_eos = active_s & jnp.any(out.tokens[:, None] == eos_ids_e[None, :], axis=1)
-    matches_ss = jnp.all(
-        (stop_sw[None] == window[:, None]) | (stop_sw[None] == batching.STOP_ANY), axis=2
-    )
-    is_stop = active_s & ~is_eos & jnp.any(matches_ss, axis=1)
+    is_eos, is_stop = stop_flags(out.tokens, window, active_s, eos_ids_e, stop_sw)
     step = active_s.astype(jnp.int32)
     length = rows.length[r] + step
     turn_tokens = rows.turn_tokens[r] + step
