@@ -126,10 +126,6 @@ class RolloutWorker:
             cache_shardings=self._cache_layout,
         )  # fmt: skip
 
-    def decode_params(self, params: nnx.State | None = None) -> nnx.State:
-        """`params`, or the synced weights (raises before the first `sync`)."""
-        return self._params(params)
-
     def sync(self, actor_params: nnx.State) -> ReshardStats:
         """Lays `actor_params` out in the decode layout on the rollout mesh (device to device).
         With LoRA only the adapters move (and the base, at the first sync)."""
