@@ -4,6 +4,9 @@ Shapes decide compilation: every distinct (batch, prompt length) pair is one com
 program. Both are rounded up to a bucket from the series 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
 96, ... (powers of two and 1.5x powers of two), so at most a third of a padded array is padding
 and a few dozen programs cover every size up to thousands.
+
+`stop_flags` reads the packed EOS ids and stop sequences on device: whether a sampled token
+ends its row (shared by the single-turn engine and the episode decoder).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -128,3 +133,26 @@ def pack_eos_ids(eos_ids: Sequence[int], *, minimum: int = 4) -> np.ndarray:
     packed = np.full((bucket_size(len(ids), minimum=minimum),), -1, np.int32)
     packed[: len(ids)] = ids
     return packed
+
+
+def stop_flags(
+    tokens_b: jax.Array,
+    window_bw: jax.Array,
+    alive_b: jax.Array,
+    eos_ids_e: jax.Array,
+    stop_sw: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """Whether each row's new token ends it: (is_eos [B], is_stop [B]), both False where not
+    `alive_b`; a stop sequence counts only when the token is not an EOS id.
+
+    Args:
+      tokens_b: int32 [B], the tokens just sampled.
+      window_bw: int32 [B, W], each row's last W tokens, `tokens_b` last.
+      alive_b: bool [B], the rows that sampled.
+      eos_ids_e, stop_sw: `pack_eos_ids` and `pack_stop_sequences` of the config.
+    """
+    is_eos = alive_b & jnp.any(tokens_b[:, None] == eos_ids_e[None, :], axis=1)
+    matches_bs = jnp.all(
+        (stop_sw[None] == window_bw[:, None]) | (stop_sw[None] == STOP_ANY), axis=2
+    )
+    return is_eos, alive_b & ~is_eos & jnp.any(matches_bs, axis=1)

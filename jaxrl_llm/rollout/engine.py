@@ -339,25 +339,6 @@ class RowOptions(NamedTuple):
     min_p: Array  # float32
 
 
-def stop_flags(
-    tokens_b: Array, window_bw: Array, alive_b: Array, eos_ids_e: Array, stop_sw: Array
-) -> tuple[Array, Array]:
-    """Whether each row's new token ends it: (is_eos [B], is_stop [B]), both False where not
-    `alive_b`; a stop sequence counts only when the token is not an EOS id.
-
-    Args:
-      tokens_b: int32 [B], the tokens just sampled.
-      window_bw: int32 [B, W], each row's last W tokens, `tokens_b` last.
-      alive_b: bool [B], the rows that sampled.
-      eos_ids_e, stop_sw: packed EOS ids and stop sequences (`batching`).
-    """
-    is_eos = alive_b & jnp.any(tokens_b[:, None] == eos_ids_e[None, :], axis=1)
-    matches_bs = jnp.all(
-        (stop_sw[None] == window_bw[:, None]) | (stop_sw[None] == batching.STOP_ANY), axis=2
-    )
-    return is_eos, alive_b & ~is_eos & jnp.any(matches_bs, axis=1)
-
-
 def record_tokens(
     rows: RowResults,
     slots: DecodeSlots,
@@ -399,7 +380,7 @@ def record_tokens(
     logprobs = rows.logprobs.at[r, pos].set(jnp.where(alive, out.logprobs, 0.0))
     raw = rows.raw_logprobs.at[r, pos].set(jnp.where(alive, out.raw_logprobs, 0.0))
     window = jnp.concatenate([slots.window[:, 1:], out.tokens[:, None]], axis=1)
-    is_eos, is_stop = stop_flags(out.tokens, window, alive, eos_ids_e, stop_sw)
+    is_eos, is_stop = batching.stop_flags(out.tokens, window, alive, eos_ids_e, stop_sw)
     lengths = rows.lengths[r] + alive.astype(jnp.int32)
     finish = jnp.where(is_eos, int(FinishReason.EOS), rows.finish[r])
     finish = jnp.where(is_stop, int(FinishReason.STOP), finish)

@@ -53,7 +53,6 @@ from jaxrl_llm.rollout.engine import (
     decode_step,
     next_token_logits,
     resolve_cache_shardings,
-    stop_flags,
 )
 from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
 from jaxrl_llm.rollout.types import FinishReason
@@ -196,7 +195,7 @@ def _record(
         jnp.concatenate([slots.window[:, 1:], out.tokens[:, None]], axis=1),
         slots.window,
     )
-    is_eos, is_stop = stop_flags(out.tokens, window, active_s, eos_ids_e, stop_sw)
+    is_eos, is_stop = batching.stop_flags(out.tokens, window, active_s, eos_ids_e, stop_sw)
     step = active_s.astype(jnp.int32)
     length = rows.length[r] + step
     turn_tokens = rows.turn_tokens[r] + step

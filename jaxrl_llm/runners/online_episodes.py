@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
 
 import numpy as np
 
@@ -28,7 +27,7 @@ from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.rewards.runner import RewardOutput
 from jaxrl_llm.roles import Learner
 from jaxrl_llm.rollout import DecodeWork
-from jaxrl_llm.runners.online_sync import Generated, OnlineRun, StepRecord, rollout_seed
+from jaxrl_llm.runners.online_sync import Generated, OnlineRun, rollout_seed
 from jaxrl_llm.training import make_optimizer
 from jaxrl_llm.training.sft import SftBatch, sft_loss
 
@@ -219,18 +218,11 @@ class EpisodeRun(OnlineRun):
             ._replace(turn_rewards=episodes.turn_rewards, turn_index=episodes.turn_index)
         )
 
-    def step(self, step: int) -> StepRecord:
-        """Sync, play the episodes, learn; the episodes' metrics join the step's."""
-        start = time.time()
-        sync = self.roles.rollout.sync(self.roles.actor.params)
-        generated = self.generate(step, self.roles.rollout.params)
-        self.roles.rollout.release()
-        metrics: dict[str, Any] = episode_metrics(generated.episodes)
+    def generated_scalars(self, generated: Generated) -> dict[str, float]:
+        """The episodes' metrics (turns, end reasons, tool calls, per-turn scores, work)."""
+        metrics = episode_metrics(generated.episodes)
         metrics.pop("accuracy", None)  # the step's reward/accuracy says it
-        metrics["time/sync_s"] = sync.seconds
-        return self.learn(
-            step, generated, data_after=self.parts.batcher.state(), start=start, scalars=metrics
-        )
+        return metrics
 
 
 def _transcript_text(transcript: list[tuple[str, str]]) -> str:

@@ -387,6 +387,12 @@ class OnlineRun:
             scalars={"time/sync_s": sync.seconds},
         )
 
+    def generated_scalars(self, generated: Generated) -> dict[str, float]:
+        """More metrics of a step's samples, logged with the step's (none here; the episode
+        runner adds its episodes' counts)."""
+        del generated
+        return {}
+
     def learn(
         self,
         step: int,
@@ -446,6 +452,7 @@ class OnlineRun:
             "time/prepare_s": t_train - t_prepare,
             "time/train_s": t_end - t_train,
             "time/step_s": t_end - start,
+            **self.generated_scalars(generated),
             **(scalars or {}),
         }
         examples, completions = generated.examples, generated.completions
