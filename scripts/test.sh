@@ -3,11 +3,12 @@
 # (gemma: the Gemma 3 270M file its slow tests load; without it they skip).
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m slow` for the slow target.
 #
-# Without explicit test paths the suite runs in two pytest processes: tests/runners (whole
-# training runs, generator threads, hundreds of compiled programs) in its own. In one process of
-# ~900 tests an XLA:CPU compile segfaulted twice at the same place, late in tests/runners, while
-# each test passed alone; two processes keep one part's accumulated state from taking the other
-# down. Exit status: the first failure's, 5 only when neither part selected a test.
+# Without explicit test paths the suite runs in two pytest processes, tests/runners (whole
+# training runs, generator threads) in its own, so that one part's state cannot take the other
+# down. (A single process once segfaulted in an XLA:CPU compile ~94% through: every compiled
+# program's code pages stayed mapped until the process hit vm.max_map_count; tests/conftest.py
+# now drops compiled programs after each module and prints the count at the end.)
+# Exit status: the first failure's, 5 only when neither part selected a test.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh" "dev,peers,gemma"
