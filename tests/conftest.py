@@ -40,7 +40,7 @@ def _release_compiled_programs():
     program of the session alive. Over the ~1,000 tests of one process that reached the kernel's
     limit of 65,530 mappings (`vm.max_map_count`) and the next compile segfaulted (reproduced
     at 64,507 mappings, 94% through the suite). Tests inside a module still share their
-    compiles; across modules nothing is shared anyway.
+    compiles; a later module recompiles what it would have reused.
     """
     yield
     jax.clear_caches()
