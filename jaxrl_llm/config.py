@@ -126,6 +126,10 @@ def base_config() -> ml_collections.ConfigDict:
     # "identical": a group's G copies of a prompt are prefilled once (exact); "common": also the
     # prefix shared by every prompt (float32 rounding differs slightly); "none".
     c.rollout.prefix_sharing = "identical"
+    # The most rows decoded at once: a step's num_prompts * group_size rows go in chunks of
+    # this many (the same samples); 0 decodes them all in one program. What keeps a large
+    # step's KV cache within a chip (`python -m jaxrl_llm.plan` picks it; docs/scale.md).
+    c.rollout.decode_batch = 0
 
     c.optimizer = ml_collections.ConfigDict()
     # AdamW peak learning rate, warmup (in optimizer updates) and schedule after it.
@@ -203,7 +207,9 @@ def base_config() -> ml_collections.ConfigDict:
     # ("data", "model") sizes of the train mesh (actor, reference, critic), on the first
     # data * model devices.
     c.placement.train_mesh = (1, 1)
-    # ("data", "model") sizes of the rollout mesh in split mode, on the next devices.
+    # ("data", "model") sizes of the rollout mesh: in split mode on the next devices; colocated,
+    # a decode mesh of its own shape over the train mesh's devices when it has as many devices
+    # (e.g. train (16, 4), rollout (8, 8)), else the train mesh itself.
     c.placement.rollout_mesh = (1, 1)
 
     # Constraints: judges, CGPO (crpg / crraft / codpo), Lagrangian multipliers and per-class
@@ -338,6 +344,12 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"(rollout.min_prompt_bucket + rollout.max_new_tokens = "
             f"{config.rollout.min_prompt_bucket + config.rollout.max_new_tokens}): raise it, or "
             "set 0 for the rollout's width."
+        )
+    decode_batch = config.rollout.get("decode_batch", 0)
+    if not isinstance(decode_batch, int) or decode_batch < 0:
+        raise ValueError(
+            f"config.rollout.decode_batch={decode_batch!r} must be an int >= 0 (0: every row "
+            "of a step in one decode program)."
         )
     if not config.rollout.temperature > 0:
         raise ValueError(

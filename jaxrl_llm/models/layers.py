@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrl_llm.models import partitioning
 from jaxrl_llm.models.config import ModelConfig, RopeScaling
 
 Array = jax.Array
@@ -147,6 +148,7 @@ class Attention(nnx.Module):
             self.q_norm = self.k_norm = None
         # Scores are divided by sqrt(query_pre_attn_scalar) (Gemma) or sqrt(head_dim).
         self.score_divisor = math.sqrt(config.query_pre_attn_scalar or h)
+        self.sliding_window = config.sliding_window
 
     def __call__(
         self,
@@ -175,6 +177,13 @@ class Attention(nnx.Module):
         kk = apply_rope(kk, positions_bt, inv_freq_h2)
 
         if layer_kv is None:
+            # A TPU layout's kernel (splash attention), when it can serve this forward.
+            out_btnh = partitioning.kernel_attention(
+                q, kk, v, segment_ids_bt, window,
+                scale=1.0 / self.score_divisor, sliding_window=self.sliding_window,
+            )  # fmt: skip
+            if out_btnh is not None:
+                return project(self, "o_proj", out_btnh.reshape(b, t, n * h)), None
             keys_bksh, values_bksh = kk.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
             key_positions_bs = positions_bt
         else:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrl_llm.models import partitioning
 from jaxrl_llm.models.config import GLOBAL_ATTENTION, LOCAL_ATTENTION, ModelConfig
 from jaxrl_llm.models.layers import (
     DecoderLayer,
@@ -120,6 +121,9 @@ class Transformer(nnx.Module):
         if tokens_bt.ndim != 2:
             raise ValueError(f"tokens must be [batch, time] int32, got shape {tokens_bt.shape}.")
         b, t = tokens_bt.shape
+        # Attention kernels mask by index: valid when positions are indices of each row or of
+        # each packed segment (`partitioning.kernel_attention`).
+        index_positions = kv_cache is None and (positions_bt is None or segment_ids_bt is not None)
         if positions_bt is None:
             positions_bt = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         elif positions_bt.shape != tokens_bt.shape:
@@ -137,10 +141,16 @@ class Transformer(nnx.Module):
             raise ValueError(
                 f"kv_cache has {len(kv_cache.layers)} layers, the model {len(self.layers)}."
             )
+        with partitioning.index_positions(index_positions):
+            return self._layers_forward(
+                tokens_bt, positions_bt, kv_cache, remat, segment_ids_bt, scan_layers
+            )
+
+    def _layers_forward(self, tokens_bt, positions_bt, kv_cache, remat, segment_ids_bt, scan):
         inv_freq_lh2, windows_l = layer_rope_and_windows(self.config)
         policy = remat_policy(remat)
         x_btd = self.embed_tokens(tokens_bt)
-        if kv_cache is None and scan_layers and len(self.layers) > 1:
+        if kv_cache is None and scan and len(self.layers) > 1:
             x_btd = _scan_layers(
                 self.layers, x_btd, positions_bt, inv_freq_lh2, windows_l, segment_ids_bt, policy
             )
@@ -267,11 +277,16 @@ def _scan_layers(layers, x_btd, positions_bt, inv_freq_lh2, windows_l, segment_i
     stacked = jax.tree.map(
         lambda *xs: jnp.stack(xs), first, *(nnx.split(layer)[1] for layer in layers[1:])
     )
+    # Under a layout (`partitioning.use_layout`): the stack stays in the stored (FSDP) layout
+    # and each iteration gathers its own layer's weights, so one layer is gathered at a time.
+    stacked = partitioning.constrain_params(stacked, gathered=False, leading_axes=1)
 
     def body(x, per_layer):
         layer_state, inv_freq_h2, window = per_layer
+        layer_state = partitioning.constrain_params(layer_state, gathered=True)
         layer = nnx.merge(graphdef, layer_state)
-        return layer(x, positions_bt, inv_freq_h2, None, segment_ids_bt, window)[0], None
+        x = layer(x, positions_bt, inv_freq_h2, None, segment_ids_bt, window)[0]
+        return partitioning.constrain(x, ("batch", None, None)), None
 
     if policy != "none":
         body = jax.checkpoint(body, policy=_checkpoint_policy(policy))

@@ -9,8 +9,10 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model
+from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.roles.learner import Learner, place_batch
+from jaxrl_llm.sharding import layout
 from jaxrl_llm.training.train_step import LossFn
 
 
@@ -26,6 +28,16 @@ def init_value_model(init: str, policy: Transformer, *, seed: int = 0) -> Scalar
             f"from the policy's ({policy.config.vocab_size}); the critic reads the policy's tokens."
         )
     return model
+
+
+def value_fn(graphdef):
+    """A jitted `(params, tokens_bt) -> values_bt` of a value model's graph: float32 [B, T]
+    values V(s_t) of int32 [B, T] tokens (column 0 zero)."""
+
+    def values(params, tokens_bt):
+        return nnx.merge(graphdef, params).token_scores(tokens_bt)
+
+    return jax.jit(values)
 
 
 class Critic(Learner):
@@ -44,13 +56,10 @@ class Critic(Learner):
         mesh: Mesh,
     ):
         super().__init__(model, optimizer, loss_fn, mesh)
-
-        def values(params, tokens_bt):
-            return nnx.merge(self.graphdef, params).token_scores(tokens_bt)
-
-        self._values = jax.jit(values)
+        self._values = value_fn(self.graphdef)
 
     def values(self, tokens_bt) -> np.ndarray:
         """float32 [B, T] values of `tokens_bt` (int32 [B, T]), column 0 zero."""
         tokens = place_batch(np.asarray(tokens_bt, np.int32), self.mesh, self.rules)
-        return np.asarray(self._values(self.params, tokens))
+        with use_layout(layout(self.mesh, self.rules)):
+            return np.asarray(self._values(self.params, tokens))

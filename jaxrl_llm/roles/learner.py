@@ -12,7 +12,7 @@ the base weights stay in `Learner.frozen`, placed once and passed to each step u
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +22,12 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_llm.models.lora import has_adapters, split_adapters
+from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.sharding import (
     TRAIN_RULES,
     Rules,
     init_optimizer_state,
+    layout,
     logical_to_sharding,
     optimizer_state_shardings,
     param_shardings,
@@ -46,18 +48,76 @@ def place_params(params: Any, shardings: Any, *, donate: bool = False) -> Any:
     return jax.device_put(params, shardings, may_alias=True)
 
 
-def place_batch(batch: Any, mesh: Mesh, rules: Rules = TRAIN_RULES) -> Any:
-    """Every array of `batch` on `mesh`, its leading (row) axis split by the "batch" rule.
+def row_sharding(shape: tuple[int, ...], mesh: Mesh, rules: Rules = TRAIN_RULES) -> NamedSharding:
+    """The sharding of a batch array of `shape`: its leading (row) axis split by the "batch"
+    rule, the rest replicated. Rows that do not divide the "data" axis stay replicated (see
+    `logical_to_pspec`)."""
+    return logical_to_sharding(("batch",) + (None,) * (len(shape) - 1), rules, mesh, shape)
 
-    Rows that do not divide the "data" axis stay replicated (see `logical_to_pspec`).
-    """
+
+def place_batch(batch: Any, mesh: Mesh, rules: Rules = TRAIN_RULES) -> Any:
+    """Every array of `batch` on `mesh`, laid out by `row_sharding`."""
 
     def one(x):
         x = np.asarray(x) if not isinstance(x, jax.Array) else x
-        axes = ("batch",) + (None,) * (x.ndim - 1)
-        return jax.device_put(x, logical_to_sharding(axes, rules, mesh, x.shape))
+        return jax.device_put(x, row_sharding(x.shape, mesh, rules))
 
     return jax.tree.map(one, batch)
+
+
+class LearnerProgram(NamedTuple):
+    """What a `Learner` compiles, independent of any weights (so it can be built from an
+    abstract model, `nnx.eval_shape`, and compiled ahead of time for other devices).
+
+    Attributes:
+      graphdef: the model's graph (the adapters' graph with LoRA).
+      state_shardings: `TrainState` of shardings (step, params, optimizer state).
+      frozen_shardings: shardings of a LoRA model's frozen base, else None.
+      step: the jitted, donated `step(state, batch[, frozen]) -> (state, metrics)`; trace it
+        under `use_layout(layout(mesh, rules))`, as `Learner.update` does.
+    """
+
+    graphdef: nnx.GraphDef
+    state_shardings: TrainState
+    frozen_shardings: Any
+    step: Any
+
+
+def learner_program(
+    model: nnx.Module,
+    optimizer: optax.GradientTransformation,
+    loss_fn: LossFn,
+    mesh: Mesh,
+    rules: Rules = TRAIN_RULES,
+    *,
+    dropout_seed: int = 0,
+) -> tuple[LearnerProgram, nnx.State, nnx.State | None]:
+    """The train step of `model` on `mesh` and the model's (trained, frozen) parameter states.
+
+    `model` may be concrete or abstract (`nnx.eval_shape`); only shapes and logical axes are
+    read. With LoRA adapters the trained state is the adapters and the frozen one the base.
+    """
+    frozen = frozen_shardings = None
+    if has_adapters(model):
+        graphdef, params, frozen = nnx.split(model, nnx.LoRAParam, nnx.Param)
+        frozen_shardings = param_shardings(frozen, mesh, rules)
+    else:
+        graphdef, params = nnx.split(model, nnx.Param)
+    shardings = param_shardings(params, mesh, rules)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    state_shardings = TrainState(
+        step=replicated,
+        params=shardings,
+        opt_state=optimizer_state_shardings(optimizer, params, shardings),
+    )
+    step = make_train_step(
+        graphdef,
+        optimizer,
+        loss_fn,
+        out_shardings=(state_shardings, replicated),
+        dropout_seed=dropout_seed,
+    )
+    return LearnerProgram(graphdef, state_shardings, frozen_shardings, step), params, frozen
 
 
 class Learner:
@@ -92,29 +152,20 @@ class Learner:
         dropout_seed: int = 0,
     ):
         self.mesh, self.rules = mesh, rules
-        self.frozen = None
-        if has_adapters(model):
-            self.graphdef, params, frozen = nnx.split(model, nnx.LoRAParam, nnx.Param)
-            self.frozen = place_params(frozen, param_shardings(frozen, mesh, rules))
-        else:
-            self.graphdef, params = nnx.split(model, nnx.Param)
-        self.param_shardings = param_shardings(params, mesh, rules)
-        params = place_params(params, self.param_shardings)
-        replicated = NamedSharding(mesh, PartitionSpec())
-        self.state_shardings = TrainState(
-            step=replicated,
-            params=self.param_shardings,
-            opt_state=optimizer_state_shardings(optimizer, params, self.param_shardings),
+        program, params, frozen = learner_program(
+            model, optimizer, loss_fn, mesh, rules, dropout_seed=dropout_seed
         )
+        self.program = program
+        self.graphdef = program.graphdef
+        self.param_shardings = program.state_shardings.params
+        self.state_shardings = program.state_shardings
+        self.frozen = None
+        if frozen is not None:
+            self.frozen = place_params(frozen, program.frozen_shardings)
+        params = place_params(params, self.param_shardings)
         self._optimizer = optimizer
         self.state = self._fresh_state(params)
-        self._step = make_train_step(
-            self.graphdef,
-            optimizer,
-            loss_fn,
-            out_shardings=(self.state_shardings, replicated),
-            dropout_seed=dropout_seed,
-        )
+        self._step = program.step
 
     def _fresh_state(self, params) -> TrainState:
         step = jax.device_put(jnp.zeros((), jnp.int32), self.state_shardings.step)
@@ -140,8 +191,9 @@ class Learner:
     def update(self, batch) -> dict[str, jax.Array]:
         """One optimizer update on `batch` (placed on this role's mesh); returns its metrics."""
         batch = place_batch(batch, self.mesh, self.rules)
-        if self.frozen is None:
-            self.state, metrics = self._step(self.state, batch)
-        else:
-            self.state, metrics = self._step(self.state, batch, self.frozen)
+        with use_layout(layout(self.mesh, self.rules)):  # read while the step is traced
+            if self.frozen is None:
+                self.state, metrics = self._step(self.state, batch)
+            else:
+                self.state, metrics = self._step(self.state, batch, self.frozen)
         return metrics

@@ -1,8 +1,11 @@
 """Placement: which devices and which mesh each role runs on, from `config.placement`.
 
-    colocated   one mesh for every role (HybridFlow's hybrid engine): the actor trains in the
-                train layout (`TRAIN_RULES`, FSDP x TP) and the rollout decodes from the same
-                weights resharded to the decode layout (`DECODE_RULES`, TP) on the same devices.
+    colocated   one set of devices for every role (HybridFlow's hybrid engine): the actor trains
+                in the train layout (`TRAIN_RULES`, FSDP x TP) and the rollout decodes from the
+                same weights resharded to the decode layout (`DECODE_RULES`, TP) on the same
+                devices; on the same mesh, or on a mesh of its own shape over those devices
+                when `rollout_mesh` has as many devices as `train_mesh` and another shape
+                (e.g. train (16, 4), decode (8, 8): HybridFlow's different TP per phase).
     split       the train mesh on the first devices (actor, reference, critic), the rollout mesh
                 on the next ones (LlamaRL / OpenRLHF style); weights move between the groups
                 device to device (`jaxrl_llm.sharding.reshard`), never through the host.
@@ -96,7 +99,11 @@ def make_placement(placement, devices: Sequence[jax.Device] | None = None) -> Pl
     n_train = math.prod(train_shape)
     train_mesh = make_mesh(train_shape, MESH_AXES, devices=devices[:n_train])
     if placement.mode == "colocated":
-        return Placement("colocated", train_mesh, train_mesh)
+        rollout_shape = _shape(placement.rollout_mesh, "rollout_mesh")
+        if math.prod(rollout_shape) != n_train or rollout_shape == train_shape:
+            return Placement("colocated", train_mesh, train_mesh)
+        rollout_mesh = make_mesh(rollout_shape, MESH_AXES, devices=devices[:n_train])
+        return Placement("colocated", train_mesh, rollout_mesh)
     rollout_shape = _shape(placement.rollout_mesh, "rollout_mesh")
     n_rollout = math.prod(rollout_shape)
     rollout_mesh = make_mesh(

@@ -14,8 +14,9 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from jaxrl_llm.models.lora import strip_adapters
+from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.roles.learner import Learner, place_batch, place_params
-from jaxrl_llm.sharding import TRAIN_RULES, Rules, param_shardings
+from jaxrl_llm.sharding import TRAIN_RULES, Rules, layout, param_shardings
 from jaxrl_llm.training import sequence_logprobs
 
 
@@ -71,4 +72,5 @@ class Reference:
     def logprobs(self, tokens_bt) -> np.ndarray:
         """float32 [B, T] log-probs of `tokens_bt` (int32 [B, T], the `Rollout` layout)."""
         tokens = place_batch(np.asarray(tokens_bt, np.int32), self.mesh, self.rules)
-        return np.asarray(self._logprobs(self.params, tokens))
+        with use_layout(layout(self.mesh, self.rules)):
+            return np.asarray(self._logprobs(self.params, tokens))

@@ -22,6 +22,16 @@ from jaxrl_llm.rewards import RewardOutput, RewardRunner
 from jaxrl_llm.rollout.batching import pack_prompts
 
 
+def score_fn(graphdef):
+    """A jitted `(params, tokens_bt, lengths_b) -> scores_b` of a scalar-head model's graph:
+    float32 [B] scores read at each row's last real token (int32 [B, T] tokens, [B] lengths)."""
+
+    def scores(params, tokens_bt, lengths_b):
+        return nnx.merge(graphdef, params).sequence_scores(tokens_bt, lengths_b)
+
+    return jax.jit(scores)
+
+
 class ModelReward:
     """Scores (prompt, completion) texts with a scalar-head model, `batch_size` rows at a time.
 
@@ -46,11 +56,7 @@ class ModelReward:
             min_length_bucket,
         )
         self.graphdef, self.params = nnx.split(model, nnx.Param)
-
-        def scores(params, tokens_bt, lengths_b):
-            return nnx.merge(self.graphdef, params).sequence_scores(tokens_bt, lengths_b)
-
-        self._scores = jax.jit(scores)
+        self._scores = score_fn(self.graphdef)
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> np.ndarray:
         """float32 [B] scores."""

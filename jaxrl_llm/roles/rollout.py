@@ -37,6 +37,7 @@ from jaxrl_llm.rollout import CacheLayout, DecodeWork, Rollout
 from jaxrl_llm.rollout.chat import chat_generation_config, chat_generator
 from jaxrl_llm.rollout.episodes import EpisodeDecoder
 from jaxrl_llm.rollout.inflight import InflightRollout, WeightsSource, generate_inflight
+from jaxrl_llm.rollout.types import concat_rollouts
 from jaxrl_llm.sharding import DECODE_RULES, ReshardStats, Rules, param_shardings, reshard
 
 
@@ -53,6 +54,10 @@ class RolloutWorker:
         the `DecodeWork` of the latest `sample`.
       lora_rollout: for a model with LoRA adapters, "merge" (decode with W + scale A B) or
         "apply" (decode with the adapters applied); see the module docstring.
+      decode_batch: the most rows decoded at once (0: every prompt of a call in one program).
+        A step's prompts are decoded in chunks of this many rows, one after another, each row
+        with the key it has in the whole batch (the same samples as one call); what keeps a
+        large step's KV cache within a chip's memory (`python -m jaxrl_llm.plan` picks it).
 
     Example:
       >>> worker = RolloutWorker(policy, tokenizer, placement.rollout_mesh, max_new_tokens=32,
@@ -74,7 +79,11 @@ class RolloutWorker:
         compaction: bool = True,
         prefix_sharing: str = "identical",
         lora_rollout: str = "apply",
+        decode_batch: int = 0,
     ):
+        if decode_batch < 0:
+            raise ValueError(f"decode_batch={decode_batch} must be >= 0 (0: no chunking).")
+        self.decode_batch = decode_batch
         if lora_rollout not in ROLLOUT_MODES:
             raise ValueError(f"lora_rollout={lora_rollout!r} must be one of {ROLLOUT_MODES}.")
         self.lora = has_adapters(model)
@@ -201,10 +210,25 @@ class RolloutWorker:
     ) -> Rollout:
         """Sampled completions of token-id prompts (row b keyed by fold_in(key(seed), b)), with
         the synced weights or `params` (decode layout, e.g. from `snapshot`)."""
-        rollout, self.last_work = self._sampler.generate_with_work(
-            prompt_ids, seed=seed, params=self._params(params)
+        rollout, self.last_work = self._chunked(
+            self._sampler, prompt_ids, seed=seed, params=self._params(params)
         )
         return rollout
+
+    def _chunked(self, generator, prompt_ids, *, seed: int, params) -> tuple[Rollout, DecodeWork]:
+        """`generator.generate_with_work` over chunks of `decode_batch` rows, joined."""
+        size = self.decode_batch or len(prompt_ids)
+        if size >= len(prompt_ids):
+            return generator.generate_with_work(prompt_ids, seed=seed, params=params)
+        parts = [
+            generator.generate_with_work(
+                prompt_ids[start : start + size], seed=seed, params=params, row_offset=start
+            )
+            for start in range(0, len(prompt_ids), size)
+        ]
+        rollout = concat_rollouts([r for r, _ in parts], pad_id=generator.config.pad_id)
+        work = jax.tree.map(lambda *xs: sum(xs), *[w for _, w in parts])
+        return rollout, work
 
     def sample_inflight(
         self,
@@ -227,4 +251,4 @@ class RolloutWorker:
         self, prompt_ids: Sequence[Sequence[int]], *, params: nnx.State | None = None
     ) -> Rollout:
         """Greedy (argmax) completions, e.g. ReMax's baseline."""
-        return self._greedy(prompt_ids, seed=0, params=self._params(params))
+        return self._chunked(self._greedy, prompt_ids, seed=0, params=self._params(params))[0]

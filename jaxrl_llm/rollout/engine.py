@@ -679,9 +679,14 @@ class Generator:
         seed: int | Sequence[int] = 0,
         params: nnx.State | None = None,
         max_new_tokens: Sequence[int] | None = None,
+        row_offset: int = 0,
     ) -> tuple[Rollout, DecodeWork]:
-        """`__call__`, also returning the `DecodeWork` (prefill and decode computed vs plain)."""
-        inputs, batch, copies_rows = self.padded_inputs(prompts, seed, max_new_tokens)
+        """`__call__`, also returning the `DecodeWork` (prefill and decode computed vs plain).
+        `row_offset`: these prompts are rows `row_offset...` of a larger batch split in chunks
+        (one int `seed` then gives each row the key it has in the whole batch)."""
+        inputs, batch, copies_rows = self.padded_inputs(
+            prompts, seed, max_new_tokens, row_offset=row_offset
+        )
         padded = inputs.prompt_bt.shape[0]
         config = self.config
         graphdef, state = nnx.split(self.model)
@@ -701,8 +706,30 @@ class Generator:
             out = Rollout(*(x[:batch] for x in out))
         return out, work
 
+    def lower(self, prompts: Sequence[Sequence[int]], *, params, input_sharding=None):
+        """The decode program of a call with `prompts`, lowered for ahead-of-time compilation
+        (`jaxrl_llm.scale`): `params` may be `jax.ShapeDtypeStruct`s with shardings, and
+        `input_sharding` places the (small) prompt and option arrays, e.g. replicated on the
+        params' mesh. Returns a `jax.stages.Lowered`."""
+        inputs, _, copies_rows = self.padded_inputs(prompts, 0, None)
+        if input_sharding is not None:
+            inputs = jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=input_sharding), inputs
+            )
+        config = self.config
+        stages = compaction_stages(
+            inputs.prompt_bt.shape[0], enabled=config.compaction, min_batch=config.min_compact_batch
+        )
+        return _generate_padded.lower(
+            params,
+            inputs,
+            graphdef=nnx.graphdef(self.model),
+            static=self.program_options(stages, copies_rows=copies_rows),
+            cache_shardings=self.cache_shardings,
+        )
+
     def padded_inputs(
-        self, prompts: Sequence[Sequence[int]], seed, max_new_tokens
+        self, prompts: Sequence[Sequence[int]], seed, max_new_tokens, *, row_offset: int = 0
     ) -> tuple[PaddedInputs, int, bool]:
         """The decode programs' inputs for `prompts` (packed into buckets, prefill planned), the
         number of real prompts B, and whether the prefill plan shares rows."""
@@ -728,7 +755,7 @@ class Generator:
             suffix_len_u=jnp.asarray(plan.suffix_lengths),
             source_b=jnp.asarray(plan.source),
             active_b=jnp.asarray(packed.active),
-            options=self._row_options(packed.lengths, batch, seed, max_new_tokens),
+            options=self._row_options(packed.lengths, batch, seed, max_new_tokens, row_offset),
             eos_ids_e=jnp.asarray(self._eos),
             stop_sw=jnp.asarray(self._stop),
         )
@@ -748,7 +775,9 @@ class Generator:
             copies_rows=copies_rows,
         )
 
-    def _row_options(self, prompt_len_b, batch: int, seed, max_new_tokens) -> RowOptions:
+    def _row_options(
+        self, prompt_len_b, batch: int, seed, max_new_tokens, row_offset: int = 0
+    ) -> RowOptions:
         """`RowOptions` of B prompts padded to len(prompt_len_b) rows (padding rows: seed 0,
         temperature 1, the full budget).
 
@@ -760,7 +789,7 @@ class Generator:
         """
         c, padded = self.config, len(prompt_len_b)
         if isinstance(seed, (int, np.integer)):
-            keys = sequence_keys(seed, padded)
+            keys = sequence_keys(seed, padded, offset=row_offset)
         else:
             if len(seed) != batch:
                 raise ValueError(f"generate: got {len(seed)} seeds for {batch} prompts.")

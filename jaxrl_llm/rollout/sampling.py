@@ -68,19 +68,23 @@ class SampleOutput(NamedTuple):
     raw_logprobs: Array
 
 
-def sequence_keys(seed: int | Sequence[int], batch_size: int) -> Array:
-    """Per-row PRNG keys [B]: `fold_in(key(seed), b)`, or `key(seed[b])` for a per-row seed list.
+def sequence_keys(seed: int | Sequence[int], batch_size: int, *, offset: int = 0) -> Array:
+    """Per-row PRNG keys [B]: `fold_in(key(seed), offset + b)`, or `key(seed[b])` for a per-row
+    seed list.
 
     Args:
       seed: one integer for the batch, or one integer per row.
       batch_size: B.
+      offset: the index of row 0 in a larger batch (a chunk of it keeps the keys the whole
+        batch would give its rows).
 
     Returns:
       A typed key array of shape [B].
     """
     if isinstance(seed, (int, np.integer)):
         base = jax.random.key(int(seed))
-        return jax.vmap(lambda b: jax.random.fold_in(base, b))(jnp.arange(batch_size))
+        rows = offset + jnp.arange(batch_size)
+        return jax.vmap(lambda b: jax.random.fold_in(base, b))(rows)
     seeds = np.asarray(seed, dtype=np.int64)
     if seeds.shape != (batch_size,):
         raise ValueError(f"seed has {seeds.size} entries but the batch has {batch_size} rows.")

@@ -88,3 +88,28 @@ class Rollout(NamedTuple):
     def finish_reason_names(self) -> list[str]:
         """`finish_reason` as names: "length", "eos" or "stop"."""
         return [FINISH_REASON_NAMES[int(r)] for r in np.asarray(self.finish_reason)]
+
+
+def concat_rollouts(rollouts: list[Rollout], *, pad_id: int = 0) -> Rollout:
+    """Rollouts of consecutive chunks of one batch as one `Rollout` (rows in order).
+
+    Chunks whose prompt bucket differs have different widths; the narrower are right-padded
+    (tokens with `pad_id`, masks False, log-probs 0), which keeps the layout: the prompt
+    left-aligned, the completion after it.
+    """
+    width = max(r.tokens.shape[1] for r in rollouts)
+
+    def pad(x, value):
+        x = jnp.asarray(x)
+        extra = width - x.shape[1]
+        return x if extra == 0 else jnp.pad(x, ((0, 0), (0, extra)), constant_values=value)
+
+    return Rollout(
+        tokens=jnp.concatenate([pad(r.tokens, pad_id) for r in rollouts]),
+        completion_mask=jnp.concatenate([pad(r.completion_mask, False) for r in rollouts]),
+        logprobs=jnp.concatenate([pad(r.logprobs, 0.0) for r in rollouts]),
+        raw_logprobs=jnp.concatenate([pad(r.raw_logprobs, 0.0) for r in rollouts]),
+        prompt_lengths=jnp.concatenate([jnp.asarray(r.prompt_lengths) for r in rollouts]),
+        lengths=jnp.concatenate([jnp.asarray(r.lengths) for r in rollouts]),
+        finish_reason=jnp.concatenate([jnp.asarray(r.finish_reason) for r in rollouts]),
+    )

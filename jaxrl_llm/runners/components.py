@@ -233,6 +233,7 @@ def build_roles(
         compaction=config.rollout.compaction,
         prefix_sharing=config.rollout.prefix_sharing,
         lora_rollout=config.model.lora.rollout if lora else "apply",
+        decode_batch=config.rollout.get("decode_batch", 0),
     )
     actor = Learner(
         policy, parts.optimizer, algorithm.loss, placement.train_mesh, dropout_seed=config.seed

@@ -38,6 +38,7 @@ from jaxrl_llm.config import validate_config
 from jaxrl_llm.data.presets import resolve_task
 from jaxrl_llm.evals import EvalSettings, Evaluator
 from jaxrl_llm.metrics import MetricsWriter
+from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.rewards import accuracy
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.roles.reference import logprob_fn
@@ -53,6 +54,7 @@ from jaxrl_llm.runners.components import (
 from jaxrl_llm.runners.hooks import Hook, StepRecord, default_hooks
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.staleness import checkpoint_slots
+from jaxrl_llm.sharding import layout
 
 # Metrics that depend on the process, not on the run's seed: wall times, whether this step
 # compiled the train step for a new batch shape (a resumed process compiles again), and the
@@ -330,7 +332,8 @@ class OnlineRun:
         if self._proximal is None:
             self._proximal = logprob_fn(actor.graphdef, temperature=self.config.rollout.temperature)
         tokens = place_batch(np.asarray(tokens_bt, np.int32), actor.mesh, actor.rules)
-        return np.asarray(self._proximal(actor.params, tokens))
+        with use_layout(layout(actor.mesh, actor.rules)):
+            return np.asarray(self._proximal(actor.params, tokens))
 
     def process(self, experience: Experience):
         """The algorithm's train batch (packed when configured) and its host-side scalars.

@@ -92,19 +92,46 @@ def simulate_async(
     """
     if tail_ratio < 1:
         raise ValueError(f"tail_ratio={tail_ratio} must be >= 1.")
+    generate = [scaled(g / tail_ratio, generator_fraction, alpha_generate) for g in phases.generate]
+    train = [scaled(t, 1 - generator_fraction, alpha_train) for t in phases.train]
+    return simulate_async_groups(
+        generate, train, phases.sync, max_staleness=max_staleness, sync_every=sync_every
+    )
+
+
+def simulate_async_groups(
+    generate_s: Sequence[float],
+    train_s: Sequence[float],
+    sync_s: float,
+    *,
+    max_staleness: int,
+    sync_every: int = 1,
+) -> AsyncTimeline:
+    """The asynchronous timeline from each batch's seconds on its own device group.
+
+    What `simulate_async` runs after scaling measured phases; the planner
+    (`jaxrl_llm.scale.planner`) calls it with phase times predicted for the generator's and the
+    learner's own meshes from their compiled programs, so no scaling exponent is guessed.
+
+    Args:
+      generate_s: [S] seconds to generate (and score) batch s on the generator's devices.
+      train_s: [S] seconds to train on batch s on the learner's devices.
+      sync_s: seconds of one weight publication.
+      max_staleness, sync_every: k and N of `config.async_rl`.
+    """
     published = {0: 0.0}  # version -> time it is available to the generator
     generator_free = learner_free = 0.0
     generator_idle = learner_idle = 0.0
-    for step, (gen, train) in enumerate(zip(phases.generate, phases.train, strict=True)):
+    for step, (gen, train) in enumerate(zip(generate_s, train_s, strict=True)):
         needed = published[behaviour_version(step, max_staleness, sync_every)]
         start = max(generator_free, needed)
         generator_idle += start - generator_free
-        generator_free = start + scaled(gen / tail_ratio, generator_fraction, alpha_generate)
+        generator_free = start + gen
         learn_start = max(learner_free, generator_free)
         learner_idle += learn_start - learner_free
-        learner_free = learn_start + scaled(train, 1 - generator_fraction, alpha_train)
+        learner_free = learn_start + train
         if (step + 1) % sync_every == 0:
-            learner_free += phases.sync
+            learner_free += sync_s
             published[step + 1] = learner_free
     return AsyncTimeline(learner_free, generator_idle, learner_idle)
 

@@ -12,6 +12,7 @@ Typical use (one mesh, colocated training and rollout, HybridFlow style):
   >>> state, stats = reshard(state, param_shardings(state, mesh, TRAIN_RULES), donate=True)
 """
 
+from jaxrl_llm.sharding.layout import gathered_rules, layout
 from jaxrl_llm.sharding.mesh import make_mesh
 from jaxrl_llm.sharding.optimizer import init_optimizer_state, optimizer_state_shardings
 from jaxrl_llm.sharding.params import (
@@ -43,8 +44,10 @@ __all__ = [
     "Rules",
     "cache_shardings",
     "device_bytes",
+    "gathered_rules",
     "init_optimizer_state",
     "init_sharded",
+    "layout",
     "live_bytes",
     "logical_to_pspec",
     "logical_to_sharding",

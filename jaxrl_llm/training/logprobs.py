@@ -9,8 +9,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxrl_llm.models import partitioning
 from jaxrl_llm.models.transformer import Transformer
-from kernels.logprobs import token_logprobs
+from kernels.logprobs import default_implementation, token_logprobs, token_logprobs_sharded
 
 Array = jax.Array
 
@@ -48,14 +49,27 @@ def sequence_logprobs(
     hidden_btd, _ = model.hidden_states(
         tokens_bt, positions_bt=positions_bt, segment_ids_bt=segment_ids_bt, remat=remat
     )
-    logp, entropy = token_logprobs(
-        hidden_btd[:, :-1],
-        model.unembed_matrix(),
-        tokens_bt[:, 1:],
-        temperature=temperature,
-        return_entropy=return_entropy,
-        implementation=implementation,
+    unembed_dv = model.unembed_matrix()
+    options = dict(
+        temperature=temperature, return_entropy=return_entropy, implementation=implementation
     )
+    layout = partitioning.current_layout()
+    if implementation is None and layout is not None:
+        # The kernel of the devices the program is for (a TPU slice compiled from a CPU host
+        # gets the Pallas TPU kernel), not of the host's default backend.
+        options["implementation"] = default_implementation(layout.mesh.devices.flat[0].platform)
+    if layout is None:
+        logp, entropy = token_logprobs(hidden_btd[:, :-1], unembed_dv, tokens_bt[:, 1:], **options)
+    else:  # vocabulary-parallel under the role's mesh (kernels/logprobs/sharded.py)
+        logp, entropy = token_logprobs_sharded(
+            hidden_btd[:, :-1],
+            unembed_dv,
+            tokens_bt[:, 1:],
+            mesh=layout.mesh,
+            batch_axes=layout.mesh_axes("batch", tokens_bt.shape[0]),
+            vocab_axes=layout.mesh_axes("vocab", unembed_dv.shape[1]),
+            **options,
+        )
     pad = jnp.zeros((tokens_bt.shape[0], 1), jnp.float32)
     logp_bt = jnp.concatenate([pad, logp], axis=1)
     entropy_bt = None if entropy is None else jnp.concatenate([pad, entropy], axis=1)

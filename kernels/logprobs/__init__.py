@@ -4,9 +4,10 @@
 float32 source of truth; ``BlockConfig`` the tunables. See ``api.py`` for the backends.
 """
 
-from kernels.logprobs.api import default_implementation, token_logprobs
+from kernels.logprobs.api import default_implementation, token_logprobs, token_stats
 from kernels.logprobs.config import IMPLEMENTATIONS, BlockConfig, default_config
 from kernels.logprobs.reference import token_logprobs_reference
+from kernels.logprobs.sharded import token_logprobs_sharded
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -15,4 +16,6 @@ __all__ = [
     "default_implementation",
     "token_logprobs",
     "token_logprobs_reference",
+    "token_logprobs_sharded",
+    "token_stats",
 ]

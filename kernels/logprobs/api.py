@@ -31,7 +31,7 @@ from kernels.logprobs import chunked, pallas_gpu, pallas_tpu
 from kernels.logprobs.config import IMPLEMENTATIONS, BlockConfig, default_config
 from kernels.logprobs.reference import token_logprobs_reference
 
-__all__ = ["token_logprobs", "default_implementation"]
+__all__ = ["token_logprobs", "token_stats", "default_implementation"]
 
 _PLATFORM_DEFAULT = {"tpu": "pallas_tpu", "gpu": "pallas_gpu", "cuda": "pallas_gpu"}
 
@@ -66,20 +66,19 @@ def _forward(static: _Static, h_nd, w_dv, t_n):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _fused(static: _Static, h_nd, w_dv, t_n):
-    logp, ent, _ = _forward(static, h_nd, w_dv, t_n)
-    return logp, ent
+    return _forward(static, h_nd, w_dv, t_n)
 
 
 def _fused_fwd(static: _Static, h_nd, w_dv, t_n):
     logp, ent, lse = _forward(static, h_nd, w_dv, t_n)
-    return (logp, ent), (h_nd, w_dv, t_n, lse, ent)
+    return (logp, ent, lse), (h_nd, w_dv, t_n, lse, ent)
 
 
 def _fused_bwd(static: _Static, residuals, cotangents):
     h_nd, w_dv, t_n, lse, ent = residuals
-    g_logp, g_ent = cotangents
+    g_logp, g_ent, g_lse = cotangents
     g_ent = g_ent if static.with_entropy else None
-    kwargs = dict(inv_temp=static.inv_temp)
+    kwargs = dict(inv_temp=static.inv_temp, g_lse_n=g_lse)
     if static.implementation == "pallas_tpu":
         dh, dw = pallas_tpu.backward(
             h_nd, w_dv, t_n, lse, ent, g_logp, g_ent,
@@ -149,6 +148,42 @@ def token_logprobs(
       >>> logp, ent = token_logprobs(h, w, y, temperature=0.7)  # logp ~ -log(1000)
       >>> grads = jax.grad(lambda h: token_logprobs(h, w, y)[0].sum())(h)
     """
+    logp_bt, entropy_bt, _ = token_stats(
+        hidden_btd,
+        unembed_dv,
+        targets_bt,
+        temperature=temperature,
+        return_entropy=return_entropy,
+        block_t=block_t,
+        block_v=block_v,
+        implementation=implementation,
+        interpret=interpret,
+    )
+    return logp_bt, entropy_bt
+
+
+def token_stats(
+    hidden_btd: jax.Array,
+    unembed_dv: jax.Array,
+    targets_bt: jax.Array,
+    *,
+    temperature: float = 1.0,
+    return_entropy: bool = True,
+    block_t: int | None = None,
+    block_v: int | None = None,
+    implementation: str | None = None,
+    interpret: Any = False,
+) -> tuple[jax.Array, jax.Array | None, jax.Array]:
+    """``token_logprobs`` plus the log-sum-exp of each row's tempered logits, differentiable.
+
+    What a vocabulary-parallel caller combines across shards (``sharded.py``): with the
+    unembedding split by columns, each shard's ``(logp, entropy, lse)`` over its own columns
+    (targets outside them count as logit 0, so ``logp + lse`` is the shard's target logit or 0)
+    merge into the full distribution's.
+
+    Returns:
+      ``(logp_bt, entropy_bt or None, lse_bt)``, float32 ``[B, T]``.
+    """
     chex.assert_rank([hidden_btd, unembed_dv, targets_bt], [3, 2, 2])
     chex.assert_equal_shape_prefix([hidden_btd, targets_bt], 2)
     chex.assert_axis_dimension(unembed_dv, 0, hidden_btd.shape[-1])
@@ -166,13 +201,20 @@ def token_logprobs(
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"{implementation=} must be one of {IMPLEMENTATIONS}")
     if implementation == "naive":
-        return token_logprobs_reference(
+        logp_bt, entropy_bt = token_logprobs_reference(
             hidden_btd,
             unembed_dv,
             targets_bt,
             temperature=temperature,
             return_entropy=return_entropy,
         )
+        logits_btv = jnp.einsum(
+            "btd,dv->btv",
+            hidden_btd.astype(jnp.float32),
+            unembed_dv.astype(jnp.float32),
+            precision=jax.lax.Precision.HIGHEST,
+        )
+        return logp_bt, entropy_bt, jax.nn.logsumexp(logits_btv / temperature, axis=-1)
 
     b, t, d = hidden_btd.shape
     vocab = unembed_dv.shape[1]
@@ -183,11 +225,11 @@ def token_logprobs(
     static = _Static(implementation, config, 1.0 / temperature, return_entropy, interpret)
 
     dtype = jnp.promote_types(hidden_btd.dtype, unembed_dv.dtype)
-    logp_n, ent_n = _fused(
+    logp_n, ent_n, lse_n = _fused(
         static,
         hidden_btd.reshape(b * t, d).astype(dtype),
         unembed_dv.astype(dtype),
         targets_bt.reshape(b * t).astype(jnp.int32),
     )
     entropy_bt = ent_n.reshape(b, t) if return_entropy else None
-    return logp_n.reshape(b, t), entropy_bt
+    return logp_n.reshape(b, t), entropy_bt, lse_n.reshape(b, t)

@@ -141,6 +141,7 @@ def logit_grads(
     g_ent: jax.Array | None,
     *,
     inv_temp: float,
+    g_p: jax.Array | None = None,
 ) -> jax.Array:
     """Cotangent of one tile of *untempered* logits ``h @ W``, float32 ``[rows, block_v]``.
 
@@ -152,9 +153,12 @@ def logit_grads(
       targets, lse, entropy, g_logp: ``[rows, 1]``: targets, forward residuals, cotangent of logp.
       g_ent: ``[rows, 1]`` cotangent of the entropy, or None when entropy was not requested.
       inv_temp: ``1 / temperature`` (the chain rule through ``z = logits / temperature``).
+      g_p: ``[rows, 1]`` weight of ``-p`` when the log-sum-exp has a cotangent of its own
+        (``g_logp - g_lse``, since ``d lse / dz = p``); None: ``g_logp``.
     """
     p = jnp.exp(z - lse)
-    dz = g_logp * ((cols == targets).astype(jnp.float32) - p)
+    g_p = g_logp if g_p is None else g_p
+    dz = g_logp * (cols == targets).astype(jnp.float32) - g_p * p
     if g_ent is not None:
         mean_z = lse - entropy  # E_p[z]
         dz = dz - g_ent * p * (z - mean_z)
@@ -239,6 +243,7 @@ def backward(
     *,
     inv_temp: float,
     config: BlockConfig,
+    g_lse_n: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Blocked backward pass: recomputes each logit tile, never builds ``[N, V]``.
 
@@ -248,6 +253,7 @@ def backward(
       g_logp_n: float32 ``[N]`` cotangent of the log-probs.
       g_ent_n: float32 ``[N]`` cotangent of the entropy, or None.
       inv_temp, config: as in :func:`forward`.
+      g_lse_n: float32 ``[N]`` cotangent of the log-sum-exp, or None.
 
     Returns:
       ``(dh_nd, dw_dv)`` in the dtypes of ``h_nd`` and ``w_dv``.
@@ -267,17 +273,18 @@ def backward(
         rows(entropy_n),
         rows(g_logp_n),
         None if g_ent_n is None else rows(g_ent_n),
+        None if g_lse_n is None else rows(g_logp_n - g_lse_n),
     )
 
     def row_block(dw_acc, args):
-        h_bd, t_b1, lse_b1, ent_b1, gl_b1, ge_b1 = args
+        h_bd, t_b1, lse_b1, ent_b1, gl_b1, ge_b1, gp_b1 = args
 
         def v_step(carry, j):
             dh_bd, dw_acc = carry
             w_blk, cols, valid, read_at = _vocab_block(w_dv, j, bv)
             z = _dot(h_bd, w_blk, (1, 0)) * inv_temp
             dz = logit_grads(
-                z, cols, valid, t_b1, lse_b1, ent_b1, gl_b1, ge_b1, inv_temp=inv_temp
+                z, cols, valid, t_b1, lse_b1, ent_b1, gl_b1, ge_b1, inv_temp=inv_temp, g_p=gp_b1
             ).astype(w_dv.dtype)
             dh_bd = dh_bd + _dot(dz, w_blk, (1, 1))
             dw_blk = jax.lax.dynamic_slice_in_dim(dw_acc, read_at, bv, axis=1)

@@ -129,7 +129,7 @@ def forward(
 
 
 def _bwd_kernel(
-    t_ref, lse_ref, ent_ref, gl_ref, ge_ref, h_ref, w_ref, out_ref, acc_sc,
+    t_ref, lse_ref, ent_ref, gl_ref, gp_ref, ge_ref, h_ref, w_ref, out_ref, acc_sc,
     *, inv_temp, n_rows, vocab, wrt,
 ):  # fmt: skip
     """Shared body of the dh (grid (i, j)) and dW (grid (j, i)) kernels; ``wrt`` picks which."""
@@ -157,7 +157,7 @@ def _bwd_kernel(
     ge = None if ge_ref is None else ge_ref[...]
     dz = chunked.logit_grads(
         z, cols, valid, t_ref[...], lse_ref[...], ent_ref[...], gl_ref[...], ge,
-        inv_temp=inv_temp,
+        inv_temp=inv_temp, g_p=gp_ref[...],
     ).astype(w.dtype)  # fmt: skip
     if wrt == "h":  # [bt, bv] x [D, bv] -> [bt, D]
         acc_sc[...] += jax.lax.dot_general(
@@ -185,13 +185,16 @@ def backward(
     inv_temp: float,
     config: BlockConfig,
     interpret=False,
+    g_lse_n: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Backward kernels; same contract as ``chunked.backward`` (returns ``(dh, dW)``)."""
     n, d = h_nd.shape
     vocab = w_dv.shape[1]
     bt, bv = config.block_t, config.block_v
     nt, nv = pl.cdiv(n, bt), pl.cdiv(vocab, bv)
-    row_vecs = [targets_n, lse_n, entropy_n, g_logp_n] + ([] if g_ent_n is None else [g_ent_n])
+    g_p_n = g_logp_n if g_lse_n is None else g_logp_n - g_lse_n  # weight of -p (chunked.py)
+    row_vecs = [targets_n, lse_n, entropy_n, g_logp_n, g_p_n]
+    row_vecs += [] if g_ent_n is None else [g_ent_n]
     row_vecs = [x.reshape(n, 1) for x in row_vecs]
 
     def call(wrt):
@@ -230,7 +233,7 @@ def backward(
 def _drop_ge(kernel):
     """Adapts the backward body to a call without the entropy cotangent input."""
 
-    def wrapped(t_ref, lse_ref, ent_ref, gl_ref, h_ref, w_ref, out_ref, acc_sc):
-        kernel(t_ref, lse_ref, ent_ref, gl_ref, None, h_ref, w_ref, out_ref, acc_sc)
+    def wrapped(t_ref, lse_ref, ent_ref, gl_ref, gp_ref, h_ref, w_ref, out_ref, acc_sc):
+        kernel(t_ref, lse_ref, ent_ref, gl_ref, gp_ref, None, h_ref, w_ref, out_ref, acc_sc)
 
     return wrapped

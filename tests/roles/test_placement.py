@@ -178,3 +178,75 @@ def test_reward_role_adds_a_weighted_reward_model(tmp_path):
     out = RewardRole(functions, scorer, model_weight=0.5)(prompts, completions, [None] * 3)
     np.testing.assert_allclose(out.total, 1.0 + 0.5 * scores, rtol=1e-6)
     np.testing.assert_array_equal(out.per_function["model"], scores)
+
+
+def test_colocated_decode_mesh_of_its_own_shape_on_the_same_devices():
+    """HybridFlow's different tensor parallelism per phase: train (2, 4), decode (4, 2) over
+    the same 8 devices; the sync reshards between the two meshes on device."""
+    placement = make_placement(_placement("colocated", (2, 4), (4, 2)))
+    assert placement.colocated and placement.rollout_mesh is not placement.train_mesh
+    assert dict(placement.rollout_mesh.shape) == {"data": 4, "model": 2}
+    assert set(placement.rollout_mesh.devices.flat) == set(placement.train_mesh.devices.flat)
+    # A rollout mesh with another device count keeps the train mesh (the default (1, 1)).
+    assert make_placement(_placement("colocated", (2, 4))).rollout_mesh.shape["model"] == 4
+    policy = init_model(tiny_config(), seed=0)
+    expected = jax.tree.map(np.asarray, nnx.state(policy, nnx.Param))
+
+    class _Tokenizer:
+        pad_token_id = 0
+
+        @staticmethod
+        def stop_token_ids():
+            return [1]
+
+    rollout = RolloutWorker(
+        policy, _Tokenizer(), placement.rollout_mesh, max_new_tokens=4, temperature=1.0
+    )
+    actor = Learner(
+        policy, make_optimizer(learning_rate=1e-3), lambda m, b: (jnp.zeros(()), {}),
+        placement.train_mesh,
+    )  # fmt: skip
+    with no_host_transfers():
+        rollout.sync(actor.params)
+    gate = rollout.params["layers"][0]["mlp"]["gate_proj"].get_value()
+    assert gate.sharding.mesh.shape["model"] == 2
+    np.testing.assert_array_equal(
+        np.asarray(gate), expected["layers"][0]["mlp"]["gate_proj"].get_value()
+    )
+    out = rollout.sample([[5, 6, 7], [8, 9]], seed=0)
+    assert out.tokens.shape[0] == 2
+
+
+def test_decode_batch_chunks_give_the_same_samples():
+    """`rollout.decode_batch`: rows decoded in chunks keep the keys they have in the whole batch,
+    so the samples equal one call's; prompts of different buckets are padded to one width."""
+    policy = init_model(tiny_config(), seed=0)
+
+    class _Tokenizer:
+        pad_token_id = 0
+
+        @staticmethod
+        def stop_token_ids():
+            return [1]
+
+    mesh = make_placement(_placement("colocated", (1, 1))).rollout_mesh
+
+    def worker(decode_batch):
+        w = RolloutWorker(policy, _Tokenizer(), mesh, max_new_tokens=6, temperature=1.0,
+                          min_prompt_bucket=4, decode_batch=decode_batch)  # fmt: skip
+        w.params = nnx.state(policy, nnx.Param)
+        return w
+
+    prompts = [[5, 6, 7], [8, 9], [10] * 7, [11, 12], [13]]  # the third needs a wider bucket
+    whole = worker(0).sample(prompts, seed=3)
+    chunked_worker = worker(2)
+    chunked = chunked_worker.sample(prompts, seed=3)
+    assert whole.tokens.shape == chunked.tokens.shape
+    for name in ("tokens", "completion_mask", "prompt_lengths", "lengths", "finish_reason"):
+        np.testing.assert_array_equal(getattr(chunked, name), getattr(whole, name), err_msg=name)
+    # XLA:CPU's matmuls round differently for batches of other sizes: last-bit differences.
+    np.testing.assert_allclose(chunked.logprobs, whole.logprobs, atol=1e-5)
+    # Work adds up over the chunks (3 programs: 2 + 2 + 1 rows).
+    assert int(chunked_worker.last_work.prefill_tokens_plain) > 0
+    with pytest.raises(ValueError, match="decode_batch"):
+        worker(-1)

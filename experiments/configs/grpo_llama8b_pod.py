@@ -1,0 +1,27 @@
+"""GRPO on Llama-3.1-8B at pod scale: the workload `python -m jaxrl_llm.plan` sizes (docs/scale.md).
+
+64 prompts x 16 completions per step, 1,024 prompt + 4,096 response tokens, bfloat16, 16
+optimizer updates of 64 sequences per step, full remat. The model is the published architecture
+(`jaxrl_llm.models.architectures`), shapes only: plan it on any topology without weights, e.g.
+
+    python -m jaxrl_llm.plan --config experiments/configs/grpo_llama8b_pod.py --topology v5e-256
+
+`--config.model.name=llama-3.1-70b` (or qwen2.5-7b, gemma-3-27b, llama-3.2-1b) plans another.
+"""
+
+from jaxrl_llm.config import grpo_config
+
+
+def get_config():
+    config = grpo_config()
+    config.model.name = "llama-3.1-8b"
+    config.model.dtype = "bfloat16"
+    config.rollout.num_prompts = 64
+    config.rollout.group_size = 16
+    config.rollout.min_prompt_bucket = 1024
+    config.rollout.max_new_tokens = 4096
+    config.rollout.temperature = 1.0
+    config.train.num_minibatches = 16
+    config.train.remat = "full"
+    config.optimizer.learning_rate = 1e-6
+    return config

@@ -1,0 +1,91 @@
+"""Markdown tables of plans: the ranking, one plan's phases, and a program's collectives."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jaxrl_llm.scale.analysis import ProgramReport
+from jaxrl_llm.scale.chips import Chip
+from jaxrl_llm.scale.planner import Plan
+
+GIB = 2**30
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.2f}"
+
+
+def _seconds(x: float) -> str:
+    if x != x or x == float("inf"):
+        return "-"
+    return f"{x:.3g}"
+
+
+def plans_table(plans: Sequence[Plan], chip: Chip, top: int = 5) -> str:
+    """The `top` fitting plans, then up to `top` rejected ones with the figure that rejects
+    them. Memory is the largest per-chip peak over the plan's phases (GiB, of the chip's HBM)."""
+    lines = [
+        f"| # | placement | peak GiB / chip (of {chip.hbm_bytes / GIB:.0f}) | rollout s | "
+        "train s | other s | reshard s | step s | decode ms/token | bound (rollout, train) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    fitting = [p for p in plans if p.fits][:top]
+    for i, plan in enumerate(fitting, 1):
+        ph = plan.phases
+        peak = max(p.peak_bytes for p in ph.values())
+        other = sum(
+            p.seconds for k, p in ph.items() if k not in ("rollout", "actor_train", "reshard")
+        )
+        bounds = f"{ph['rollout'].roofline.bound}, {ph['actor_train'].roofline.bound}"
+        lines.append(
+            f"| {i} | {plan.candidate.label()} | {_gib(peak)} | {_seconds(ph['rollout'].seconds)}"
+            f" | {_seconds(ph['actor_train'].seconds)} | {_seconds(other)} | "
+            f"{_seconds(ph['reshard'].seconds)} | **{_seconds(plan.step_seconds)}** | "
+            f"{plan.decode_ms_per_token:.3g} | {bounds} |"
+        )
+    rejected = [p for p in plans if not p.fits][:top]
+    if rejected:
+        lines += ["", "Rejected:", ""]
+        lines += [f"- {p.candidate.label()}: {p.reason}" for p in rejected]
+        more = sum(not p.fits for p in plans) - len(rejected)
+        if more > 0:
+            lines.append(f"- ... and {more} more")
+    return "\n".join(lines)
+
+
+def phases_table(plan: Plan, chip: Chip) -> str:
+    """Per phase: the compiler's memory (arguments, temporaries, code, the peak with the roles
+    resident beside it), the roofline terms of one run and the predicted seconds per step."""
+    lines = [
+        "| phase | mesh | args GiB | temp GiB | code MiB | peak + resident GiB | runs | "
+        "compute s | memory s | comm s | bound | s / step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, phase in plan.phases.items():
+        r, line = phase.report, phase.roofline
+        if r is None:
+            compiled = "- | - | - | -"
+        else:
+            mesh = "x".join(str(v) for v in r.mesh.values())
+            compiled = (
+                f"{mesh} | {_gib(r.argument_bytes)} | {_gib(r.temp_bytes)} | "
+                f"{r.code_bytes / 2**20:.1f}"
+            )
+        lines.append(
+            f"| {name} | {compiled} | {_gib(phase.peak_bytes)} | {r.runs if r else 1} | "
+            f"{_seconds(line.compute_s)} | {_seconds(line.memory_s)} | {_seconds(line.comm_s)} | "
+            f"{line.bound} | {_seconds(phase.seconds)} |"
+        )
+    return "\n".join(lines)
+
+
+def collectives_table(report: ProgramReport) -> str:
+    """Per collective kind: ops, executions per call, GiB received per device per call."""
+    lines = ["| collective | ops | executions | GiB received / device | in unbounded loops |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for kind, t in report.collective_totals().items():
+        lines.append(
+            f"| {kind} | {t.count} | {t.executions} | {t.bytes_received / GIB:.3f} | "
+            f"{t.in_unbounded_loops} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""The roofline's arithmetic on hand-made numbers, and the FLOP count against XLA's own on
+programs without loops (where `cost_analysis()` counts everything once)."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+from jaxrl_llm.models import ModelConfig, init_model
+from jaxrl_llm.scale import Chip, PhaseCost, costs, roofline
+from jaxrl_llm.training.logprobs import sequence_logprobs
+
+CHIP = Chip("test", "test", peak_flops=1e12, hbm_bytes=1e9, hbm_bandwidth=1e11,
+            ici_bandwidth=4e10, ici_ports=4, step_overhead_s=1e-3)  # fmt: skip
+# One layer (no layer scan), a vocabulary the matmuls dominate.
+CONFIG = ModelConfig(vocab_size=1024, hidden_size=256, intermediate_size=1024, num_layers=1,
+                     num_heads=4, num_kv_heads=2, tie_word_embeddings=True)  # fmt: skip
+
+
+def test_roofline_takes_the_largest_term_and_adds_the_layer_overhead():
+    line = roofline(PhaseCost(2e12, 1e11, 0.5, layers_executed=3), CHIP)
+    assert line.compute_s == pytest.approx(2.0) and line.memory_s == pytest.approx(1.0)
+    assert line.comm_s == 0.5 and line.bound == "compute"
+    assert line.overhead_s == pytest.approx(3e-3)
+    assert line.seconds == pytest.approx(2.003)
+    assert roofline(PhaseCost(1e9, 1e12, 0.0), CHIP).bound == "memory"
+
+
+def test_collective_bandwidth_counts_the_torus_dimensions_spanned():
+    assert CHIP.ici_port_bandwidth == 1e10
+    assert CHIP.collective_bandwidth(2) == 2e10
+    assert CHIP.collective_bandwidth(0) == 1e10  # at least one dimension
+
+
+def test_split_replicates_what_does_not_divide():
+    qwen_like = CONFIG.replace(num_heads=28, num_kv_heads=4, intermediate_size=1004)
+    split = costs.split_of(qwen_like, rows=6, data=4, model=8, fsdp=True)
+    assert split.heads == 1  # 28 heads do not divide over 8
+    assert split.mlp == 1 and split.vocab == 8 and split.rows == 1 and split.weights_fsdp == 4
+
+
+def _compiler_flops(fn, *args) -> float:
+    costs_ = jax.jit(fn).lower(*args).compile().cost_analysis()
+    return float((costs_[0] if isinstance(costs_, list) else costs_)["flops"])
+
+
+def test_forward_flops_match_xla():
+    model = init_model(CONFIG)
+    graphdef, state = nnx.split(model)
+    tokens = jnp.zeros((4, 64), jnp.int32)
+    xla = _compiler_flops(lambda s, t: nnx.merge(graphdef, s)(t), state, tokens)
+    ours = costs.forward_cost(CONFIG, 4, 64, costs.split_of(CONFIG, 4, 1, 1, fsdp=False)).flops
+    assert ours == pytest.approx(xla, rel=0.02)
+
+
+def test_train_step_flops_match_xla():
+    """Forward, backward (activations and weights) and the naive log-prob head's three matmuls;
+    the optimizer's elementwise work is left out on both sides."""
+    model = init_model(CONFIG)
+    graphdef, state = nnx.split(model)
+    tokens = jnp.zeros((4, 64), jnp.int32)
+
+    def loss(s, t):
+        logp, _ = sequence_logprobs(nnx.merge(graphdef, s), t, implementation="naive")
+        return logp.sum()
+
+    xla = _compiler_flops(jax.grad(loss), state, tokens)
+    ours = costs.train_step_cost(
+        CONFIG, 4, 64, costs.split_of(CONFIG, 4, 1, 1, fsdp=False), remat="none",
+        logprob_implementation="naive", trained_params=0,
+    ).flops  # fmt: skip
+    assert ours == pytest.approx(xla, rel=0.02)
+
+
+def test_decode_reads_the_whole_cache_without_a_kernel_and_the_filled_part_with_one():
+    split = costs.split_of(CONFIG, 8, 1, 1, fsdp=False)
+    plain = costs.decode_cost(CONFIG, 8, 2, prompt_len=64, response_len=64, split=split)
+    kernel = costs.decode_cost(CONFIG, 8, 2, prompt_len=64, response_len=64, split=split,
+                               attention_kernel=True)  # fmt: skip
+    assert plain.decode.steps == kernel.decode.steps == 64
+    cache_per_token = 2 * CONFIG.num_layers * CONFIG.num_kv_heads * CONFIG.head_dim * 4
+    weights = plain.step_floor.hbm_bytes - 8 * 128 * cache_per_token
+    assert weights == pytest.approx(
+        sum(costs.layer_params(CONFIG)) * 4 + CONFIG.hidden_size * CONFIG.vocab_size * 4
+    )
+    # Mean context with a kernel: prompt + half the response = 96 of 128 slots.
+    saved = plain.decode.hbm_bytes - kernel.decode.hbm_bytes
+    assert saved == pytest.approx(64 * 8 * (128 - 96) * cache_per_token)

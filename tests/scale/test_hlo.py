@@ -1,0 +1,149 @@
+"""Collectives read from hand-written optimized HLO: kinds, bytes, replica groups in all three
+spellings, and loop trip counts (a counted scan multiplies, a data-dependent loop does not)."""
+
+import pytest
+
+from jaxrl_llm.scale import hlo
+
+MODULE = """HloModule jit_step, is_scheduled=true, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%scan_cond (p: (s32[], f32[8])) -> pred[] {
+  %p = (s32[], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(5)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%inner_cond (q: (s32[], f32[8])) -> pred[] {
+  %q = (s32[], f32[8]) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %three = s32[] constant(3)
+  ROOT %lt2 = pred[] compare(%j, %three), direction=LT
+}
+
+%inner_body (q: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %q = (s32[], f32[8]) parameter(0)
+  %y = f32[8]{0} get-tuple-element(%q), index=1
+  %rs = f32[2]{0} reduce-scatter(%y), channel_id=4, replica_groups=[1,4]<=[4], dimensions={0}, to_apply=%add
+  ROOT %t2 = (s32[], f32[8]) tuple(%j, %y)
+}
+
+%scan_body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]) parameter(0)
+  %x = bf16[4,2]{1,0} get-tuple-element(%p), index=1
+  %ag = bf16[4,4]{1,0:T(8,128)} all-gather(%x), channel_id=1, replica_groups={{0,1},{2,3}}, dimensions={1}, metadata={op_name="jit(step)/while/body/dot_general"}
+  %w2 = (s32[], f32[8]) while(%p), condition=%inner_cond, body=%inner_body
+  ROOT %t = (s32[], f32[8]) tuple(%i, %x)
+}
+
+%decode_cond (r: (s32[], pred[])) -> pred[] {
+  %r = (s32[], pred[]) parameter(0)
+  %k = s32[] get-tuple-element(%r), index=0
+  %limit = s32[] constant(64)
+  %lt3 = pred[] compare(%k, %limit), direction=LT
+  %live = pred[] get-tuple-element(%r), index=1
+  ROOT %both = pred[] and(%lt3, %live)
+}
+
+%decode_body (r: (s32[], pred[])) -> (s32[], pred[]) {
+  %r = (s32[], pred[]) parameter(0)
+  %h = f32[16]{0} parameter(1)
+  %ar2 = f32[16]{0} all-reduce(%h), channel_id=3, replica_groups=mesh['axis_0'=2,'axis_1'=2] {'axis_1'}, to_apply=%add
+  ROOT %t3 = (s32[], pred[]) tuple(%k, %live)
+}
+
+ENTRY %main (a: f32[1024], w: (s32[], f32[8])) -> f32[1024] {
+  %a = f32[1024]{0} parameter(0)
+  %ar = f32[1024]{0} all-reduce(%a), channel_id=2, replica_groups=[2,2]<=[2,2]T(1,0), to_apply=%add
+  %loop = (s32[], f32[8]) while(%w), condition=%scan_cond, body=%scan_body
+  %dec = (s32[], pred[]) while(%w), condition=%decode_cond, body=%decode_body
+  %cp = f32[1024]{0} collective-permute(%ar), channel_id=5, source_target_pairs={{0,1},{1,0}}
+  ROOT %out = f32[1024]{0} copy(%cp)
+}
+"""
+
+
+def _by_kind():
+    return {op.kind: op for op in hlo.collectives(MODULE)}
+
+
+def test_kinds_bytes_and_groups():
+    ops = _by_kind()
+    kinds = sorted(op.kind for op in hlo.collectives(MODULE))
+    assert kinds == [
+        "all-gather", "all-reduce", "all-reduce", "collective-permute", "reduce-scatter"
+    ]  # fmt: skip
+    ag = ops["all-gather"]
+    assert ag.result_bytes == 4 * 4 * 2  # bf16[4,4]
+    assert ag.groups == ((0, 1), (2, 3)) and ag.group_size == 2
+    assert ag.op_name == "jit(step)/while/body/dot_general"
+    assert ag.bytes_received == 32 * (2 - 1) / 2
+    permute = ops["collective-permute"]
+    assert permute.bytes_received == 4096
+
+
+def test_iota_and_mesh_replica_groups():
+    ops = hlo.collectives(MODULE)
+    entry_ar = next(op for op in ops if op.kind == "all-reduce" and op.computation == "main")
+    # [2,2]<=[2,2]T(1,0): the transpose of [[0,1],[2,3]] -> groups {0,2} and {1,3}.
+    assert entry_ar.groups == ((0, 2), (1, 3))
+    assert entry_ar.bytes_received == 2 * 4096 * (2 - 1) / 2
+    decode_ar = next(op for op in ops if op.computation == "decode_body")
+    # mesh['axis_0'=2,'axis_1'=2] {'axis_1'}: devices that differ in axis_1 -> {0,1}, {2,3}.
+    assert decode_ar.groups == ((0, 1), (2, 3))
+    rs = next(op for op in ops if op.kind == "reduce-scatter")
+    assert rs.groups == ((0, 1, 2, 3),) and rs.bytes_received == 8 * 3
+
+
+def test_trip_counts_multiply_and_data_dependent_loops_do_not():
+    ops = hlo.collectives(MODULE)
+    runs = {op.computation: op.runs for op in ops}
+    assert runs["main"] == 1
+    assert runs["scan_body"] == 5  # i < 5
+    assert runs["inner_body"] == 15  # 5 x 3, nested
+    assert runs["decode_body"] is None  # k < 64 and live: stops on data
+    totals = hlo.totals(ops)
+    assert totals["reduce-scatter"].executions == 15
+    assert totals["all-reduce"].in_unbounded_loops == 1
+
+
+def test_shape_bytes():
+    assert hlo.shape_bytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
+    assert hlo.shape_bytes("(f32[2], s32[])") == 12
+    assert hlo.shape_bytes("pred[]") == 1
+
+
+def test_no_entry_is_an_error():
+    with pytest.raises(ValueError, match="ENTRY"):
+        hlo.collectives("HloModule x\n")
+
+
+def test_known_trip_count_in_backend_config():
+    """XLA:CPU and GPU write the count on the while op; it wins over the condition."""
+    text = """HloModule m, num_partitions=2
+
+%cond (p: (s32[], f32[4])) -> pred[] {
+  %p = (s32[], f32[4]) parameter(0)
+  ROOT %go = pred[] get-tuple-element(%p), index=0
+}
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]) parameter(0)
+  %x = f32[4]{0} get-tuple-element(%p), index=1
+  %ag = f32[8]{0} all-gather(%x), replica_groups={{0,1}}, dimensions={0}
+  ROOT %t = (s32[], f32[4]) tuple(%i, %x)
+}
+
+ENTRY %main (w: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %w = (s32[], f32[4]) parameter(0)
+  ROOT %loop = (s32[], f32[4]) while(%w), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"7"}}
+}
+"""
+    [op] = hlo.collectives(text)
+    assert op.runs == 7 and op.bytes_received == 32 / 2

@@ -1,0 +1,143 @@
+"""The placement search on a v5e 2x2 slice with a small model: a plan over the chip's HBM is
+rejected with the compiler's figure, the rest ranked by predicted step time; the command line
+writes the chosen placement; bad input gets one line naming it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxrl_llm.config import config_for, make_tiny
+from jaxrl_llm.models import tiny_config
+from jaxrl_llm.scale import Candidate, Searcher, divisibility_notes, workload_of
+
+# Big enough that replicated weights outweigh the code and caches of a tiny program.
+MODEL = tiny_config(vocab_size=32768, hidden_size=256, intermediate_size=512, num_layers=2,
+                    num_heads=4, num_kv_heads=4, dtype="bfloat16")  # fmt: skip
+
+
+def _workload():
+    config = make_tiny(config_for("grpo"))
+    with config.unlocked():
+        config.model.dtype = "bfloat16"
+        config.rollout.min_prompt_bucket = 16
+    return workload_of(config, MODEL)
+
+
+COLOCATED_TP1 = Candidate("colocated", (2, 2), (4, 1), (0, 4), (0, 4))  # decode replicated
+COLOCATED_TP4 = Candidate("colocated", (2, 2), (1, 4), (0, 4), (0, 4))
+
+
+def test_over_hbm_rejected_with_the_compilers_figure(v5e_2x2):
+    roomy = Searcher(_workload(), v5e_2x2, log=lambda _: None)
+    replicated, split = roomy.evaluate(COLOCATED_TP1), roomy.evaluate(COLOCATED_TP4)
+    assert replicated.fits and split.fits
+    need_replicated = replicated.phases["rollout"].peak_bytes
+    need_split = split.phases["rollout"].peak_bytes
+    assert need_split < need_replicated  # the decode copy split four ways
+    # A chip whose budget falls between the two: the same compiled reports, another verdict.
+    budget = (need_split + need_replicated) / 2
+    small = v5e_2x2._replace(chip=v5e_2x2.chip.replace(hbm_bytes=budget / 0.95))
+    tight = Searcher(_workload(), small, log=lambda _: None)
+    tight._reports = roomy._reports  # compiled once
+    rejected, kept = tight.evaluate(COLOCATED_TP1), tight.evaluate(COLOCATED_TP4)
+    assert kept.fits and not rejected.fits
+    assert "rollout" in rejected.reason and "compiled peak" in rejected.reason
+    smallest_chunk = tight.report("rollout", (4, 1), (0, 4), 4)
+    assert f"{smallest_chunk.peak_bytes / 2**30:.2f} GiB" in rejected.reason
+    assert rejected.step_seconds == float("inf")
+    ranked = tight.search([COLOCATED_TP1, COLOCATED_TP4])
+    assert [p.fits for p in ranked] == [True, False]
+
+
+def test_plans_rank_by_predicted_step_time(v5e_2x2):
+    searcher = Searcher(_workload(), v5e_2x2, log=lambda _: None)
+    split = Candidate("split", (1, 2), (1, 2), (0, 2), (2, 2))
+    plans = searcher.search([COLOCATED_TP1, COLOCATED_TP4, split])
+    times = [p.step_seconds for p in plans if p.fits]
+    assert times == sorted(times) and len(times) == 3
+    for plan in plans:
+        phases = plan.phases
+        assert plan.step_seconds == pytest.approx(sum(p.seconds for p in phases.values()))
+        assert phases["rollout"].roofline.bound in ("compute", "memory", "comm")
+        assert plan.decode_ms_per_token > 0
+
+
+def test_mesh_larger_than_the_topology(v5e_2x2):
+    searcher = Searcher(_workload(), v5e_2x2, log=lambda _: None)
+    with pytest.raises(ValueError, match="does not fit v5e-4 \\(4 chips\\)"):
+        searcher.mesh((4, 4), (0, 16))
+
+
+def test_dimensions_that_do_not_divide_are_named():
+    notes = divisibility_notes(tiny_config(num_heads=6, num_kv_heads=3, hidden_size=96),
+                               (2, 4), (1, 4))  # fmt: skip
+    assert any("num_heads=6 does not divide over train model=4" in n for n in notes)
+    assert any("num_kv_heads=3" in n and "[1]" in n for n in notes)
+    assert not divisibility_notes(MODEL, (2, 2), (1, 4))
+
+
+def _plan(*args, tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "jaxrl_llm.plan", "--config", "experiments/configs/grpo_tiny.py",
+         f"--cache_dir={tmp_path / 'cache'}", *args],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+
+
+def test_command_line_writes_the_chosen_placement(v5e_2x2, tmp_path):
+    out = _plan("--topology", "v5e-4", "--modes", "colocated", "--tensor_parallel", "2",
+                "--out", str(tmp_path / "plan"), tmp_path=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| 1 | colocated 2x2 / 2x2 |" in out.stdout
+    assert "--config.placement.train_mesh=(2,2)" in out.stdout
+    placement = json.load(open(tmp_path / "plan" / "placement.json"))
+    assert placement == {"mode": "colocated", "train_mesh": [2, 2], "rollout_mesh": [2, 2]}
+    overrides = json.load(open(tmp_path / "plan" / "overrides.json"))
+    assert overrides["rollout.decode_batch"] == 0
+    # The rerun reads every compiled report from the cache.
+    again = _plan("--topology", "v5e-4", "--modes", "colocated", "--tensor_parallel", "2",
+                  tmp_path=tmp_path)  # fmt: skip
+    assert again.returncode == 0 and "(cached)" in again.stdout and " s)" not in again.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--topology", "v5e-3"], "Unknown TPU topology 'v5e-3'"),
+        (
+            [
+                "--topology",
+                "v5e-4",
+                "--placement",
+                "colocated",
+                "--train_mesh",
+                "4,4",
+                "--rollout_mesh",
+                "4,4",
+            ],
+            "needs 16 chips",
+        ),  # fmt: skip
+        (
+            [
+                "--topology",
+                "v5e-4",
+                "--placement",
+                "split",
+                "--train_mesh",
+                "2",
+                "--rollout_mesh",
+                "1,2",
+            ],
+            "--train_mesh must be two positive ints",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_input_is_one_line(v5e_2x2, tmp_path, args, message):
+    out = _plan(*args, tmp_path=tmp_path)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
