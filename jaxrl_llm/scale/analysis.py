@@ -291,8 +291,10 @@ _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 def _out_of_memory(program: Program, message: str, seconds: float) -> ProgramReport:
     """The report of a program the compiler refused for memory, with the bytes it said it needs
     (the first size in its message, e.g. "temporaries (24.66G) exceeds available HBM (15.75G)")."""
-    line = next((x for x in message.splitlines() if "RESOURCE_EXHAUSTED" in x), message)
-    line = line[line.index("RESOURCE_EXHAUSTED") :].strip()
+    lines = message.splitlines()
+    start = next((i for i, x in enumerate(lines) if "RESOURCE_EXHAUSTED" in x), 0)
+    line = " ".join(x.strip() for x in lines[start : start + 4] if x.strip())
+    line = line[line.find("RESOURCE_EXHAUSTED") :]
     sizes = [float(v) * _UNITS[u] for v, u in _SIZE.findall(line)]
     return ProgramReport(
         phase=program.phase,

@@ -31,6 +31,7 @@ import numpy as np
 
 from jaxrl_llm.models.config import LOCAL_ATTENTION, ModelConfig
 from jaxrl_llm.scale.chips import Chip
+from kernels.logprobs import default_config
 
 # Matmuls of the unembedding per train step, by log-prob implementation (kernels/logprobs):
 # naive materialises the logits (forward, dh, dW); the blocked paths recompute the tile.
@@ -230,14 +231,14 @@ def train_step_cost(
     logprob_implementation: str = "xla",
     attention_kernel: bool = False,
     trained_params: int | None = None,
-    logprob_block_t: int = 256,
+    logprob_block_t: int | None = None,
 ) -> PhaseCost:
     """One optimizer update on `rows` sequences of `length` tokens, per device.
 
     Layers: forward, backward (2x: activations and weights; 1x with LoRA, whose base weights
     get no gradient), plus a recomputed forward under remat="full" (the attention scores alone
     under "dots"). Unembedding: `LOGPROB_MATMULS[logprob_implementation]` matmuls, the [D, V]
-    matrix read once per row block of `logprob_block_t` tokens. Optimizer: AdamW reads the
+    matrix read once per row block of `logprob_block_t` tokens (default: the kernel's block). Optimizer: AdamW reads the
     parameters, gradients and two moments and writes three of them.
     """
     fwd = forward_cost(config, rows, length, split, attention_kernel=attention_kernel,
@@ -257,6 +258,9 @@ def train_step_cost(
     hbm = fwd.hbm_bytes * (1 + backward + recompute)
     unembed = config.hidden_size * config.vocab_size / split.vocab
     matmuls = LOGPROB_MATMULS.get(logprob_implementation, 4)
+    if logprob_block_t is None:  # the kernel's own row block for this width
+        impl = logprob_implementation if logprob_implementation in ("xla", "pallas_tpu") else "xla"
+        logprob_block_t = default_config(impl, model_dim=config.hidden_size).block_t
     flops += matmuls * 2 * tokens * unembed
     hbm += matmuls * np.ceil(tokens / logprob_block_t) * unembed * b
     params = config.num_params() if trained_params is None else trained_params

@@ -135,14 +135,24 @@ def default_config(implementation: str, *, model_dim: int | None = None) -> Bloc
     - ``xla``: 1024 x 2048 float32 logit tiles (8 MiB, inside the dev CPU's 32 MiB L3); among the
       fastest of a short sweep at B*T = 2048, D = 576, V = 49152 (2048 x 2048 and 512 x 4096
       were within ~15% in CPU time); see experiments/benchmarks/RESULTS.md.
-    - ``pallas_tpu``: 256 x 512 tiles; with D = 2048 in bfloat16 the double-buffered inputs and the
-      float32 accumulators stay near 12 MiB, inside the default scoped VMEM of v5e/v6e.
+    - ``pallas_tpu``: 256 x 512 tiles up to D = 2048; with D = 2048 in bfloat16 the
+      double-buffered inputs and the float32 accumulators stay near 12 MiB, inside the default
+      scoped VMEM of v5e/v6e (16 MiB). Wider models halve the tiles with D (the backward's
+      [D, block_v] float32 accumulator and double-buffered [block_t, D] and [D, block_v] blocks
+      grow with it): 128 x 128 at D = 4096, 64 x 128 at D = 8192; the kernels also raise their
+      scoped VMEM to ``pallas_tpu.VMEM_LIMIT_BYTES``. At 256 x 512 and at 128 x 256 an 8B model's
+      (D = 4096) backward failed to compile for v5e (CompileTimeScopedVmemOom, 18 MiB needed).
     - ``pallas_gpu``: 64 x 128 logit tiles built from 64-wide chunks of ``D`` (4 warps).
     """
     if implementation == "xla":
         return BlockConfig(block_t=1024, block_v=2048)
     if implementation == "pallas_tpu":
-        return BlockConfig(block_t=256, block_v=512)
+        if model_dim is None or model_dim <= 2048:
+            return BlockConfig(block_t=256, block_v=512)
+        # float32 accumulators: [block_t, D] (dh) and [D, block_v] (dW) <= 2 MiB each.
+        block_t = max(8, min(256, (2 << 20) // (4 * model_dim)) // 8 * 8)
+        block_v = max(128, min(512, (2 << 20) // (4 * model_dim)) // 128 * 128)
+        return BlockConfig(block_t=block_t, block_v=block_v)
     if implementation == "pallas_gpu":
         block_d = 64
         if model_dim is not None:

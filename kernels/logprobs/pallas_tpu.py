@@ -42,6 +42,11 @@ from kernels.logprobs.config import BlockConfig
 
 __all__ = ["forward", "backward", "TRACE_COUNTS"]
 
+# Scoped VMEM the kernels may use: above the 16 MiB default (an 8B model's backward blocks,
+# double-buffered, with their float32 accumulators, needed about 18 MiB), well inside the 128 MiB
+# of VMEM of v5e, v5p and v6e.
+VMEM_LIMIT_BYTES = 48 * 2**20
+
 # Kernel name -> number of times its body was traced. Tests assert it moves, so a silent
 # fallback to another path cannot pass for the kernel.
 TRACE_COUNTS: collections.Counter[str] = collections.Counter()
@@ -121,7 +126,9 @@ def forward(
         out_specs=[row_block] * 3,
         out_shape=[jax.ShapeDtypeStruct((n, 1), jnp.float32)] * 3,
         scratch_shapes=[pltpu.VMEM((bt, 1), jnp.float32)] * 4,
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
+        ),
         interpret=_interpret_arg(interpret),
         name="token_logprobs_fwd",
     )(targets_n.reshape(n, 1), h_nd, w_dv)
@@ -222,7 +229,9 @@ def backward(
             out_specs=out_spec,
             out_shape=out_shape,
             scratch_shapes=[pltpu.VMEM(acc, jnp.float32)],
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+            compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
+        ),
             interpret=_interpret_arg(interpret),
             name=f"token_logprobs_bwd_d{wrt}",
         )(*row_vecs, h_nd, w_dv)
