@@ -29,6 +29,11 @@ def env_section() -> ml_collections.ConfigDict:
     c.tools = "calculator"
     # Wall-time limit of one tool call, seconds.
     c.tool_timeout_s = 2.0
+    # The "python" tool runs model code only under a safe isolation (bubblewrap: its own
+    # file-system view, namespaces, process and memory bounds; jaxrl_llm/envs/sandbox.py) and
+    # refuses to start where none works. True accepts the unsafe fallback there (the code then
+    # sees and can write the host's files): for machines whose files are not worth protecting.
+    c.sandbox_unsafe = False
     # Per-episode limits (EpisodeLimits): model turns, tokens per turn, all tokens of an
     # episode (prompt, turns, observations; also the KV cache length).
     c.max_turns = 3

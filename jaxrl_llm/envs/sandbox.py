@@ -1,62 +1,45 @@
-"""Running model-written Python in a fresh, limited subprocess, and the "python" tool.
+"""Running model-written Python in a fresh, isolated, limited process, and the "python" tool.
 
-Each `run_python` call starts one process, `sys.executable -I -X utf8 main.py` (`-I`: no user
-site-packages, no PYTHON* variables, no script directory on sys.path; the interpreter's own
-site-packages stay importable), and it runs under these limits:
+During RL the code comes from a policy optimised against a reward: code that deletes the run's
+checkpoints or reads the verifier's answers is reward hacking, so the sandbox is a boundary, not
+a convenience. Each `run_python` call starts `python -I -X utf8 main.py` under the strongest
+isolation this machine allows (`sandbox_isolation.isolation()`, chosen once and named in the
+run's log and metrics):
 
-- files: a private temporary directory (`jaxrl_llm_sandbox_*` under the host's temp dir) is the
-  working directory, HOME and TMPDIR; it holds the code as `main.py` and is removed afterwards,
-  whatever the code left in it;
-- environment: cleared except PATH, HOME, TMPDIR, LANG/LC_ALL=C.UTF-8, LD_LIBRARY_PATH (when the
-  host sets it) and one-thread settings for BLAS/OpenMP and malloc arenas (so numpy can start
-  under the memory limit); stdin is /dev/null;
-- memory: RLIMIT_AS = `memory_mb` MiB of address space per process; allocations past it raise
-  MemoryError in the child (status "memory");
-- time: a wall-clock limit of `timeout_s` seconds, after which the whole process tree is killed
-  (status "timeout"), and RLIMIT_CPU = ceil(timeout_s) + 1 s of CPU per process as a backstop;
-- files written: RLIMIT_FSIZE = 64 MiB per file (a bigger write fails with "File too large");
-  core dumps off (RLIMIT_CORE = 0);
+- files: bubblewrap builds a view of its own: read-only /usr and the interpreter's install, a
+  fresh /proc and /dev, and an empty tmpfs of `disk_mb` MiB as /tmp, the working directory and
+  HOME (the only writable place, so also the bound on disk written; RLIMIT_FSIZE caps one file
+  at 64 MiB). No /etc, /home, /root, /work or host /tmp: no run directory, checkpoint, task data
+  or answers. The code runs as uid 65534 in a user namespace of its own, with no capabilities.
+- network, processes, IPC, hostname: unshared namespaces; the network namespace has only its
+  own loopback, so every connection to the host or beyond fails; the pid namespace shows only
+  the code's processes (not the parent's /proc/PID/environ) and dies with it.
+- processes and memory of the whole tree: a cgroup per call (`sandbox_limits`, `max_processes`
+  and `memory_mb` for all processes together; the kernel's OOM killer ends the tree at the
+  limit), or a watchdog polling /proc where cgroups are not writable. RLIMIT_AS = `memory_mb`
+  per process too, so a single huge allocation fails with MemoryError in the child.
+- time: a wall-clock limit of `timeout_s` (the tree is killed), RLIMIT_CPU = ceil(timeout_s) + 1
+  CPU seconds per process as a backstop.
+- environment: cleared except PATH, HOME/TMPDIR=/tmp, LANG/LC_ALL=C.UTF-8 and one-thread BLAS
+  settings; stdin is /dev/null.
 - output: stdout and stderr are read by threads that keep at most 4 * max_output_chars bytes
-  each (the head of stdout, the tail of stderr, where a traceback ends) and discard the rest, so
-  a process printing gigabytes cannot fill the host's memory;
-- isolation (`sandbox_isolation()`, detected once per process by trying each variant on
-  `/bin/sh -c "exit 0"`):
-  "pid+net namespaces": where unprivileged user namespaces work, the command runs under
-  `unshare --user --map-root-user --net --pid --fork --kill-child --mount-proc` (or the same
-  without `--mount-proc` if only that fails). Its only network interface is a loopback that is
-  down, so every connect fails, even to 127.0.0.1 ("Network is unreachable"); /proc shows only
-  its own processes (sysfs still lists the host's interfaces); and every process it starts dies
-  with the namespace when the code exits or is killed, even one that called setsid. `/bin/sh`
-  is the namespace's init (PID 1), so the code itself gets ordinary signal behaviour; as a shell
-  reports death by signal N as exit status 128 + N, an exit status above 128 is reported as
-  killed by signal status - 128 in this mode.
-  "net namespace": where only `unshare --user --map-root-user --net` works, the network is cut
-  the same way and children are handled as in the fallback.
-  "process group" (the fallback, where unshare is missing or refused): the process gets its own
-  session and process group, which is killed with SIGKILL at the end; a child that calls setsid
-  escapes that kill. The network is blocked only at the Python level (`socket.socket` refuses
-  AF_INET/AF_INET6; tracebacks then show two runpy frames), a weak block that `_socket`, ctypes
-  or a subprocess such as curl get around.
-  `network=True` drops the network namespace and the socket block.
+  each (the head of stdout, the tail of stderr), so gigabytes of output cannot fill the host.
 
-What it does NOT protect against (it is not a security boundary against a determined attacker):
-the code runs on the same kernel, as the same host user (root only inside its namespace), and
-can read every file that user can read and write where that user can write outside the temporary
-directory; there is no seccomp filter, no cgroup (the memory limit is per process, so many
-processes can together use more; there is no limit on the number of processes, so a fork bomb
-is bounded only by the wall-clock limit and the namespace teardown), no bound on the total disk
-it writes (only per file), and the CPU limit is per process. It is meant to contain mistakes and
-runaway code from a model under training, on a machine whose files are not secret.
+Where no safe isolation works (no bubblewrap, or user namespaces refused), `run_python` and the
+tool refuse to run (`SandboxUnavailableError`, saying what is missing and how to get it) unless
+the caller passes `unsafe=True` (`config.env.sandbox_unsafe`): then the code runs with the old,
+weak isolation ("namespaces": `unshare` user + network + pid namespaces, the host's files
+visible; "process group": nothing but a Python-level socket block), in a private host temporary
+directory that is removed afterwards.
 
 Example:
   >>> run_python("print(6 * 7)")
   SandboxResult(status='ok', stdout='42\\n', stderr='', exit_code=0, truncated=False,
-                seconds=0.05)
+                seconds=0.07)
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import re
@@ -64,17 +47,27 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from typing import NamedTuple
 
+from jaxrl_llm.envs.sandbox_isolation import (
+    SANDBOX_DIR,
+    Isolation,
+    SandboxUnavailableError,
+    bwrap_argv,
+    interpreter,
+    isolation,
+    require_safe,
+)
+from jaxrl_llm.envs.sandbox_limits import TreeLimits
 from jaxrl_llm.envs.tools import Tool, ToolError, ToolTimeoutError
 
 __all__ = [
     "SANDBOX_STATUSES",
     "SandboxResult",
+    "SandboxUnavailableError",
     "python_sandbox_tool",
     "run_python",
     "sandbox_isolation",
@@ -90,20 +83,10 @@ _CLEANUP_WAIT_S = 2.0
 # namespace setup and cleanup on a loaded machine) before it gives up on the call.
 _TOOL_MARGIN_S = 5.0
 
-# unshare flag sets, strongest first; the first that runs `/bin/sh -c "exit 0"` is used.
-_NAMESPACE_CANDIDATES = (
-    (
-        "pid+net namespaces",
-        ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"),
-    ),
-    (
-        "pid+net namespaces",
-        ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"),
-    ),
-    ("net namespace", ("--user", "--map-root-user", "--net")),
-)
-_PROCESS_GROUP = "process group"
 _INIT_SHELL = ("/bin/sh", "-c", '"$@"; exit $?', "sandbox-init")
+# Defaults of the whole tree: processes (threads count under a cgroup) and writable disk.
+MAX_PROCESSES = 64
+DISK_MB = 64
 
 # Run instead of `main.py` when the network must be blocked without a network namespace
 # (run_path gives main.py fresh globals, so none of these names are visible to it).
@@ -128,7 +111,8 @@ class SandboxResult(NamedTuple):
     Attributes:
       status: "ok" (exit status 0), "error" (non-zero exit), "timeout" (ran past the wall-clock
         limit, or the CPU limit's SIGXCPU), "memory" (failed with MemoryError or another
-        allocation failure) or "killed" (ended by any other signal, e.g. SIGKILL or SIGSEGV).
+        allocation failure, or a process of the tree was killed at the tree's memory limit) or
+        "killed" (ended by any other signal, e.g. SIGKILL or SIGSEGV).
       stdout: the first `max_output_chars` characters the code printed.
       stderr: the last `max_output_chars` characters of its stderr (the end of a traceback);
         paths inside the temporary directory are shown relative to it ("main.py").
@@ -149,40 +133,18 @@ class SandboxResult(NamedTuple):
     seconds: float
 
 
-@functools.cache
-def _namespace_prefix() -> tuple[str, tuple[str, ...]]:
-    """(isolation name, unshare argv prefix) of the strongest isolation that works here."""
-    unshare = shutil.which("unshare")
-    if unshare is None or not sys.platform.startswith("linux"):
-        return _PROCESS_GROUP, ()
-    for name, flags in _NAMESPACE_CANDIDATES:
-        try:
-            probe = subprocess.run(
-                [unshare, *flags, "/bin/sh", "-c", "exit 0"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=10,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if probe.returncode == 0:
-            return name, (unshare, *flags)
-    return _PROCESS_GROUP, ()
-
-
 def sandbox_isolation() -> str:
-    """The isolation `run_python` uses on this machine (detected once, then cached).
+    """The isolation `run_python` uses on this machine (probed once, then cached).
 
     Returns:
-      "pid+net namespaces" (strongest), "net namespace", or "process group" (no unshare).
+      "bubblewrap+cgroup" (strongest), "bubblewrap+watchdog", or, where neither works, the
+      unsafe "namespaces" or "process group" that run only with `unsafe=True`.
 
     Example:
       >>> sandbox_isolation()
-      'pid+net namespaces'
+      'bubblewrap+cgroup'
     """
-    return _namespace_prefix()[0]
+    return isolation().mode
 
 
 class _CappedReader:
@@ -234,12 +196,12 @@ def _rlimits(timeout_s: float, memory_mb: int) -> list[tuple[int, tuple[int, int
     return limits
 
 
-def _environment(workdir: str) -> dict[str, str]:
+def _environment(home: str) -> dict[str, str]:
     """The child's whole environment."""
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": workdir,
-        "TMPDIR": workdir,
+        "HOME": home,
+        "TMPDIR": home,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "OPENBLAS_NUM_THREADS": "1",
@@ -252,40 +214,43 @@ def _environment(workdir: str) -> dict[str, str]:
     return env
 
 
-def _command(network: bool) -> tuple[list[str], bool, bool]:
-    """(argv, whether a pid namespace holds the tree, whether the network is cut by a namespace)."""
-    isolation, prefix = _namespace_prefix()
+class _Command(NamedTuple):
+    argv: list[str]
+    cwd: str | None  # host working directory (unsafe modes), None inside bubblewrap
+    env: dict[str, str]
+    pid_namespace: bool  # the tree dies with its init; exit status > 128 is a signal
+
+
+def _command(found: Isolation, workdir: str, *, network: bool, disk_mb: int) -> _Command:
+    """How to start `main.py` (written in the host's `workdir`) under `found`."""
+    python, _ = interpreter()
+    script = os.path.join(workdir, _SCRIPT_NAME)
+    if found.safe:
+        argv = bwrap_argv(found.bwrap, network=network, tmpfs_bytes=disk_mb * 1024**2)
+        inside = os.path.join(SANDBOX_DIR, _SCRIPT_NAME)
+        argv += ["--ro-bind", script, inside]
+        for key, value in _environment(SANDBOX_DIR).items():
+            argv += ["--setenv", key, value]
+        argv += [python, "-I", "-X", "utf8", inside]
+        return _Command(argv, None, {}, pid_namespace=True)
+    prefix = found.unshare
     if network:
         prefix = tuple(flag for flag in prefix if flag != "--net")
-        if isolation == "net namespace":
+        if "--pid" not in prefix:
             prefix = ()  # the namespace was only there to cut the network
     pid_namespace = "--pid" in prefix
-    net_namespace = "--net" in prefix
-    python = [sys.executable, "-I", "-X", "utf8"]
-    if network or net_namespace:
-        python.append(_SCRIPT_NAME)
+    argv = [python, "-I", "-X", "utf8"]
+    if network or "--net" in prefix:
+        argv.append(_SCRIPT_NAME)
     else:
-        python += ["-c", _BLOCK_NETWORK_PRELUDE, _SCRIPT_NAME]
+        argv += ["-c", _BLOCK_NETWORK_PRELUDE, _SCRIPT_NAME]
     init = list(_INIT_SHELL) if pid_namespace else []
-    return [*prefix, *init, *python], pid_namespace, net_namespace
+    return _Command([*prefix, *init, *argv], workdir, _environment(workdir), pid_namespace)
 
 
-def _kill_tree(process: subprocess.Popen, pid_namespace: bool) -> None:
-    """Kills everything the run started and reaps `process`.
-
-    In a pid namespace, killing its init (the child of unshare) tears the namespace down; unshare
-    then exits after every process in it is gone. Otherwise (or if that fails), the process
-    group is killed.
-    """
-    if pid_namespace:
-        try:
-            path = f"/proc/{process.pid}/task/{process.pid}/children"
-            with open(path) as children:
-                for pid in children.read().split():
-                    os.kill(int(pid), signal.SIGKILL)
-            process.wait(timeout=_CLEANUP_WAIT_S)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass
+def _kill_tree(process: subprocess.Popen) -> None:
+    """Kills everything the run started and reaps `process`: its session's process group (the
+    sandbox's init is in it; a pid namespace dies with its init)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -319,18 +284,28 @@ def run_python(
     memory_mb: int = 512,
     max_output_chars: int = 4000,
     network: bool = False,
+    max_processes: int = MAX_PROCESSES,
+    disk_mb: int = DISK_MB,
+    unsafe: bool = False,
 ) -> SandboxResult:
-    """Runs `code` as a script in a fresh, limited Python process (see the module docstring).
+    """Runs `code` as a script in a fresh, isolated, limited Python process (module docstring).
 
     Args:
       code: the script; its printed output is the result.
       timeout_s: wall-clock limit in seconds (> 0); the process tree is killed past it.
-      memory_mb: address-space limit per process, in MiB (> 0; numpy needs about 100).
+      memory_mb: memory of the whole process tree, and address space per process, in MiB
+        (> 0; numpy needs about 100).
       max_output_chars: characters kept of stdout (its head) and of stderr (its tail).
       network: allow network access (no network namespace and no socket block).
+      max_processes: processes the tree may hold at once (threads too, under a cgroup).
+      disk_mb: the writable /tmp's size in MiB: the most the code can write in all.
+      unsafe: run even where only an unsafe isolation works (see the module docstring).
 
     Returns:
       A SandboxResult; it never raises for anything the code does.
+
+    Raises:
+      SandboxUnavailableError: no safe isolation here and `unsafe` is False.
 
     Example:
       >>> result = run_python("while True: pass", timeout_s=1.0)
@@ -339,16 +314,21 @@ def run_python(
     """
     if not isinstance(code, str):
         raise TypeError(f"run_python: code must be a str, got {type(code).__name__}.")
-    if not timeout_s > 0:
-        raise ValueError(f"run_python: timeout_s={timeout_s} must be > 0.")
-    if not memory_mb > 0:
-        raise ValueError(f"run_python: memory_mb={memory_mb} must be > 0.")
-    if not max_output_chars > 0:
-        raise ValueError(f"run_python: max_output_chars={max_output_chars} must be > 0.")
-    argv, pid_namespace, _ = _command(network)
+    for name, value in (("timeout_s", timeout_s), ("memory_mb", memory_mb),
+                        ("max_output_chars", max_output_chars), ("max_processes", max_processes),
+                        ("disk_mb", disk_mb)):  # fmt: skip
+        if not value > 0:
+            raise ValueError(f"run_python: {name}={value} must be > 0.")
+    found = require_safe(unsafe=unsafe)
     limits = _rlimits(timeout_s, memory_mb)
+    tree = None
+    if found.safe:
+        mode = "cgroup" if found.mode == "bubblewrap+cgroup" else "watchdog"
+        tree = TreeLimits(max_processes, memory_mb * 1024**2, mode=mode)
 
-    def set_limits():  # runs in the child between fork and exec: keep it to setrlimit calls
+    def set_limits():  # in the child between fork and exec: join the cgroups, set rlimits
+        if tree is not None:
+            tree.join()
         for which, values in limits:
             resource.setrlimit(which, values)
 
@@ -356,17 +336,20 @@ def run_python(
     try:
         with open(os.path.join(workdir, _SCRIPT_NAME), "w", encoding="utf-8") as script:
             script.write(code)
+        command = _command(found, workdir, network=network, disk_mb=disk_mb)
         start = time.perf_counter()
         process = subprocess.Popen(
-            argv,
-            cwd=workdir,
-            env=_environment(workdir),
+            command.argv,
+            cwd=command.cwd,
+            env=command.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
             preexec_fn=set_limits,
         )
+        if tree is not None:
+            tree.watch(process.pid)
         cap_bytes = 4 * max_output_chars + 4
         stdout_reader = _CappedReader(process.stdout, cap_bytes, keep_tail=False)
         stderr_reader = _CappedReader(process.stderr, cap_bytes, keep_tail=True)
@@ -375,28 +358,33 @@ def run_python(
             timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_tree(process, pid_namespace)
         seconds = time.perf_counter() - start
-        if not timed_out:
-            _kill_tree(process, pid_namespace=False)  # children left in the group, if any
+        _kill_tree(process)  # what is left: the whole tree after a timeout, else stragglers
+        out_of_memory = tree is not None and tree.out_of_memory()
+        if tree is not None:
+            tree.close()
         stdout_bytes, stdout_dropped = stdout_reader.finish(_CLEANUP_WAIT_S)
         stderr_bytes, stderr_dropped = stderr_reader.finish(_CLEANUP_WAIT_S)
         process.stdout.close()
         process.stderr.close()
     finally:
+        if tree is not None:
+            tree.close()
         _remove_tree(workdir)
 
     stdout, stdout_cut = _decode(stdout_bytes, max_output_chars, keep_tail=False)
     stderr, stderr_cut = _decode(stderr_bytes, max_output_chars, keep_tail=True)
-    stderr = stderr.replace(workdir + os.sep, "")
-    if timed_out and pid_namespace:  # unshare complains when its child is killed under it
+    stderr = stderr.replace(workdir + os.sep, "").replace(SANDBOX_DIR + os.sep, "")
+    if timed_out and command.pid_namespace:  # unshare complains when its child is killed
         stderr = _UNSHARE_NOISE.sub("", stderr)
     truncated = stdout_dropped or stderr_dropped or stdout_cut or stderr_cut
     exit_code = None if timed_out else process.returncode
-    if exit_code is not None and pid_namespace and exit_code > 128:
-        exit_code = -(exit_code - 128)  # the init shell's report of a death by signal
+    if exit_code is not None and command.pid_namespace and exit_code > 128:
+        exit_code = -(exit_code - 128)  # the namespace init's report of a death by signal
     if timed_out or exit_code == -signal.SIGXCPU:
         status = "timeout"
+    elif out_of_memory:  # the tree hit its memory limit (a process was killed for it)
+        status = "memory"
     elif exit_code == 0:
         status = "ok"
     elif _MEMORY_ERROR.search(stderr):
@@ -421,7 +409,11 @@ def _failure_text(headline: str, result: SandboxResult, budget: int) -> str:
 
 
 def python_sandbox_tool(
-    *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 2000
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_output_chars: int = 2000,
+    unsafe: bool = False,
 ) -> Tool:
     """The "python" tool: one required string parameter "code", run by `run_python`.
 
@@ -435,6 +427,11 @@ def python_sandbox_tool(
       timeout_s: the sandbox's wall-clock limit; the tool's own `timeout_s` is 5 s more.
       memory_mb: address-space limit per process, in MiB.
       max_output_chars: characters of output the model reads (plus a short headline).
+      unsafe: accept an unsafe isolation where no safe one works (module docstring).
+
+    Raises:
+      SandboxUnavailableError: at construction, when no safe isolation works and `unsafe` is
+        False: the tool refuses to start rather than run model code weakly isolated.
 
     Example:
       >>> from jaxrl_llm.envs.tools import call_tool
@@ -442,10 +439,15 @@ def python_sandbox_tool(
       '1024\\n'
     """
     limit = f"{timeout_s:g} s"
+    require_safe(unsafe=unsafe)
 
     def run(code: str) -> str:
         result = run_python(
-            code, timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars
+            code,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_output_chars=max_output_chars,
+            unsafe=unsafe,
         )
         if result.status == "ok":
             if not result.stdout:

@@ -24,6 +24,7 @@ from jaxrl_llm.envs.calculator import calculator_tool, evaluate_expression, form
 from jaxrl_llm.envs.episodes import EpisodeBatch
 from jaxrl_llm.envs.multi_if import MultiIFEnv, multi_if_examples
 from jaxrl_llm.envs.sandbox import python_sandbox_tool
+from jaxrl_llm.envs.sandbox_isolation import Isolation, isolation
 from jaxrl_llm.envs.tool_calls import render_tool_call, tools_system_prompt
 from jaxrl_llm.envs.tool_env import ToolEnv
 
@@ -64,19 +65,24 @@ class EpisodeTask(NamedTuple):
       examples: `(split, seed, size) -> [Example]`, split "train" or "test".
       make_env: `() -> Environment`, a fresh environment for one episode.
       demonstrations: `(examples) -> [Demonstration]` for SFT warm-up, or None.
+      sandbox: the isolation model code runs under when the task has the "python" tool
+        (`sandbox_isolation.Isolation`), else None; the runner logs it.
     """
 
     name: str
     examples: Callable[[str, int, int], list[Example]]
     make_env: Callable[[], Environment]
     demonstrations: Callable[[Sequence[Example]], list[Demonstration]] | None = None
+    sandbox: Isolation | None = None
 
 
 def _tools(env_config) -> list:
     names = [n.strip() for n in env_config.tools.split(",") if n.strip()]
     makers = {
         "calculator": lambda: calculator_tool(timeout_s=env_config.tool_timeout_s),
-        "python": lambda: python_sandbox_tool(timeout_s=env_config.tool_timeout_s),
+        "python": lambda: python_sandbox_tool(
+            timeout_s=env_config.tool_timeout_s, unsafe=env_config.get("sandbox_unsafe", False)
+        ),
     }
     unknown = [n for n in names if n not in makers]
     if unknown or not names:
@@ -120,7 +126,8 @@ def calculator_task(config: ml_collections.ConfigDict) -> EpisodeTask:
             )
         return demos
 
-    return EpisodeTask("calculator", examples, make_env, demonstrations)
+    sandbox = isolation() if any(tool.name == "python" for tool in tools) else None
+    return EpisodeTask("calculator", examples, make_env, demonstrations, sandbox)
 
 
 def multi_if_task(config: ml_collections.ConfigDict) -> EpisodeTask:

@@ -497,6 +497,10 @@ def start_decode(
     if static.copies_rows:
         source_b = inputs.source_b
         logits_bv, cache = jnp.take(logits_bv, source_b, axis=0), _take_rows(cache, source_b)
+        # Laid out by rows at once: unconstrained, XLA built the copied cache whole on every
+        # device of a data axis before slicing it (143 GB per v5e chip for an 8B model's 1,024
+        # rows; docs/scale.md).
+        cache = _constrain(cache, cache_shardings)
     cache = _constrain(_extend_cache(cache, n_new - 1), cache_shardings)
     init = _LoopState(
         step=jnp.zeros((), jnp.int32),

@@ -230,8 +230,8 @@ def backward(
             out_shape=out_shape,
             scratch_shapes=[pltpu.VMEM(acc, jnp.float32)],
             compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
-        ),
+                dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
+            ),
             interpret=_interpret_arg(interpret),
             name=f"token_logprobs_bwd_d{wrt}",
         )(*row_vecs, h_nd, w_dv)
