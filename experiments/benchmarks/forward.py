@@ -48,7 +48,7 @@ from flax import nnx
 
 from jaxrl_llm.models import from_pretrained, resolve_model_path
 from jaxrl_llm.models.layers import apply_rope, decode_attention, dense, write_cache
-from jaxrl_llm.rollout.engine import decode_step, next_token_logits
+from jaxrl_llm.rollout.decode_state import decode_step, next_token_logits
 from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

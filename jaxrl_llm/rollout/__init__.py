@@ -10,18 +10,10 @@ serves it through JetStream's orchestrator; it is imported lazily.
 
 from jaxrl_llm.rollout.batching import PackedPrompts, bucket_size, pack_prompts, pack_stop_sequences
 from jaxrl_llm.rollout.continuous import ContinuousGenerator
-from jaxrl_llm.rollout.engine import (
-    CacheLayout,
-    DecodeWork,
-    GenerationConfig,
-    Generator,
-    decode_step,
-    generate,
-    next_token_logits,
-    prefill,
-    resolve_cache_shardings,
-    trace_count,
-)
+from jaxrl_llm.rollout.decode_state import DecodeWork, decode_step, next_token_logits, prefill
+from jaxrl_llm.rollout.engine import GenerationConfig, Generator, generate, trace_count
+from jaxrl_llm.rollout.kv_cache import CacheLayout
+from jaxrl_llm.rollout.kv_cache import resolve as resolve_cache_shardings
 from jaxrl_llm.rollout.prefix_sharing import PREFIX_SHARING_MODES, PrefillPlan, plan_prefill
 from jaxrl_llm.rollout.sampling import (
     SampleOutput,

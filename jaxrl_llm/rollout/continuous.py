@@ -34,25 +34,20 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.models.transformer import KVCache, Transformer
-from jaxrl_llm.rollout import batching
-from jaxrl_llm.rollout.engine import (
+from jaxrl_llm.rollout import batching, kv_cache
+from jaxrl_llm.rollout.decode_state import (
     DecodeSlots,
     DecodeWork,
-    GenerationConfig,
-    Generator,
     RowOptions,
     RowResults,
-    _constrain,
-    _extend_cache,
-    _shared_prefill,
     _Static,
     decode_step,
     initial_rows,
     initial_slots,
     record_tokens,
-    resolve_cache_shardings,
     rollout_of,
 )
+from jaxrl_llm.rollout.engine import GenerationConfig, Generator, _shared_prefill
 from jaxrl_llm.rollout.prefix_sharing import plan_prefill
 from jaxrl_llm.rollout.types import Rollout
 
@@ -123,7 +118,7 @@ def _admit(
 
     slots = jax.tree.map(install, pool.slots, new)
     return pool._replace(
-        rows=rows, slots=slots._replace(cache=_constrain(slots.cache, cache_shardings))
+        rows=rows, slots=slots._replace(cache=kv_cache.constrain(slots.cache, cache_shardings))
     )
 
 
@@ -153,7 +148,7 @@ def _decode(
         step_b = p.rows.lengths[slots.rows]  # tokens sampled so far = the index of the next
         positions = options.prompt_len[slots.rows] + step_b - 1
         logits_bv, cache = decode_step(model, slots.last_token, positions, slots.cache)
-        slots = slots._replace(cache=_constrain(cache, cache_shardings))
+        slots = slots._replace(cache=kv_cache.constrain(cache, cache_shardings))
         rows, slots = record_tokens(
             p.rows, slots, step_b, logits_bv, options, eos_ids_e, stop_sw, static
         )
@@ -219,7 +214,7 @@ class ContinuousGenerator(Generator):
             prompts, padded_batch=num_rows, prompt_bucket=prompt_bucket, pad_id=config.pad_id,
             mode=mode,
         )  # fmt: skip
-        static = self.program_options((n,), copies_rows=False)
+        static = self.program_options(n, copies_rows=False, stages=(n,))
         prompt_len = np.ones((num_rows + 1,), np.int32)  # and the scratch row's
         prompt_len[:num_rows] = packed.lengths[:num_rows]
         options = self._row_options(prompt_len, num_rows, seed, max_new_tokens)
@@ -274,11 +269,9 @@ class ContinuousGenerator(Generator):
         prompt_bt[:num_rows] = prompt_tokens
         done = np.arange(num_rows + 1) == num_rows
         cache_dtype = None if c.cache_dtype is None else jnp.dtype(c.cache_dtype)
-        cache: KVCache = self.model.init_cache(n, prompt_bucket, dtype=cache_dtype)
-        cache = _extend_cache(cache, total - 1 - prompt_bucket)
-        shardings = resolve_cache_shardings(cache, self.cache_shardings)
-        if shardings is not None:
-            cache = jax.device_put(cache, shardings)
+        cache: KVCache = kv_cache.allocate(
+            self.model, n, total - 1, dtype=cache_dtype, shardings=self.cache_shardings
+        )
         return _Pool(
             rows=initial_rows(jnp.asarray(prompt_bt), int(c.max_new_tokens), c.pad_id, done_b=done),
             slots=initial_slots(jnp.full((n,), num_rows, jnp.int32), cache, self._stop.shape[1]),

@@ -45,15 +45,9 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.models.transformer import KVCache, Transformer
-from jaxrl_llm.rollout import batching
-from jaxrl_llm.rollout.engine import (
-    GenerationConfig,
-    _constrain,
-    _per_row,
-    decode_step,
-    next_token_logits,
-    resolve_cache_shardings,
-)
+from jaxrl_llm.rollout import batching, kv_cache
+from jaxrl_llm.rollout.decode_state import decode_step, next_token_logits, per_row_values
+from jaxrl_llm.rollout.engine import GenerationConfig
 from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
 from jaxrl_llm.rollout.types import FinishReason
 
@@ -273,7 +267,9 @@ def _append(
         decoding=rows.decoding.at[r].set(rows.decoding[r] | active_s),
     )
     window = jnp.where(active_s[:, None], batching.WINDOW_EMPTY, pool.slots.window)
-    slots = pool.slots._replace(rows=r, cache=_constrain(cache, cache_shardings), window=window)
+    slots = pool.slots._replace(
+        rows=r, cache=kv_cache.constrain(cache, cache_shardings), window=window
+    )
     n = count_s.shape[0]
     pool = pool._replace(
         rows=rows,
@@ -317,7 +313,7 @@ def _decode(
         positions = jnp.where(active_s, p.rows.length[r] - 1, width)
         logits_sv, cache = decode_step(model, p.slots.last_token, positions, p.slots.cache)
         p = p._replace(
-            slots=p.slots._replace(cache=_constrain(cache, cache_shardings)),
+            slots=p.slots._replace(cache=kv_cache.constrain(cache, cache_shardings)),
             decode_row_steps=p.decode_row_steps + n,
             decode_active_steps=p.decode_active_steps + jnp.sum(active_s),
             decode_steps=p.decode_steps + 1,
@@ -394,10 +390,9 @@ class EpisodeDecoder:
                 raise ValueError(f"EpisodeDecoder.init: {len(seed)} seeds for {num_rows} rows.")
             keys = sequence_keys(list(seed) + [0], total)
         cache_dtype = None if c.cache_dtype is None else jnp.dtype(c.cache_dtype)
-        cache = self.model.init_cache(n, width, dtype=cache_dtype)
-        shardings = resolve_cache_shardings(cache, self.cache_shardings)
-        if shardings is not None:
-            cache = jax.device_put(cache, shardings)
+        cache = kv_cache.allocate(
+            self.model, n, width, dtype=cache_dtype, shardings=self.cache_shardings
+        )
         zeros_i = lambda shape: jnp.zeros(shape, jnp.int32)
         rows = EpisodeRows(
             tokens=jnp.full((total, width), c.pad_id, jnp.int32),
@@ -419,9 +414,9 @@ class EpisodeDecoder:
         )
         options = EpisodeOptions(
             keys=keys,
-            temperature=jnp.asarray(_per_row(c.temperature, total, total, 1.0)),
-            top_p=jnp.asarray(_per_row(c.top_p, total, total, 1.0)),
-            min_p=jnp.asarray(_per_row(c.min_p, total, total, 0.0)),
+            temperature=jnp.asarray(per_row_values(c.temperature, total, total, 1.0)),
+            top_p=jnp.asarray(per_row_values(c.top_p, total, total, 1.0)),
+            min_p=jnp.asarray(per_row_values(c.min_p, total, total, 0.0)),
         )
         counter = lambda: jnp.zeros((), jnp.int32)
         return EpisodePool(rows, slots, options, *(counter() for _ in range(5)))

@@ -30,17 +30,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from jaxrl_llm.rollout.engine import (
-    DecodeWork,
-    Generator,
-    PaddedInputs,
-    compact,
-    compaction_stages,
-    decode_until,
-    finish_decode,
-    live_rows,
-    start_decode,
-)
+from jaxrl_llm.rollout.decode_state import DecodeWork, compact, decode_until, live_rows
+from jaxrl_llm.rollout.engine import Generator, PaddedInputs, finish_decode, start_decode
 from jaxrl_llm.rollout.types import Rollout
 
 # Returns (version, params in the generator's layout): the newest weights to decode with.
@@ -88,14 +79,14 @@ def _chunk(params, state, inputs, until, next_size, *, graphdef, static, cache_s
     )
 
 
-@functools.partial(jax.jit, static_argnames=("size", "cache_shardings"))
-def _compact(state, *, size, cache_shardings):
-    return compact(state, size, cache_shardings)
+@functools.partial(jax.jit, static_argnames=("size", "cache_shardings", "shards"))
+def _compact(state, *, size, cache_shardings, shards):
+    return compact(state, size, cache_shardings, shards)
 
 
-@jax.jit
-def _progress(state):
-    return state.step, live_rows(state)
+@functools.partial(jax.jit, static_argnames=("shards",))
+def _progress(state, shards):
+    return state.step, live_rows(state, shards)
 
 
 _finish = jax.jit(finish_decode)
@@ -133,13 +124,10 @@ def generate_inflight(
     """
     if chunk_tokens < 1:
         raise ValueError(f"generate_inflight: chunk_tokens={chunk_tokens} must be >= 1.")
-    config = generator.config
     inputs, batch, copies_rows = generator.padded_inputs(prompts, seed, max_new_tokens)
     padded = inputs.prompt_bt.shape[0]
-    stages = compaction_stages(
-        padded, enabled=config.compaction, min_batch=config.min_compact_batch
-    )
-    static = generator.program_options(stages, copies_rows=copies_rows)
+    static = generator.program_options(padded, copies_rows=copies_rows)
+    stages = static.stages
     programs = dict(
         graphdef=nnx.graphdef(generator.model),
         static=static,
@@ -151,20 +139,22 @@ def generate_inflight(
     version, params = weights()
     state = _start(params, inputs, **programs)
     step_versions[0] = version
-    step, live = (int(x) for x in jax.device_get(_progress(state)))
+    shards = static.shards
+    step, live = (int(x) for x in jax.device_get(_progress(state, shards)))
     stage, switches = 0, 0
     while step < n and live > 0:
         next_size = stages[stage + 1] if stage + 1 < len(stages) else 0
-        if live <= next_size:
+        if live <= next_size // shards:  # live: the fullest row shard's
             stage += 1
-            state = _compact(state, size=stages[stage], cache_shardings=generator.cache_shardings)
+            state = _compact(state, size=stages[stage], cache_shardings=generator.cache_shardings,
+                             shards=shards)  # fmt: skip
             continue
         new_version, params = weights()
         switches += int(new_version != version)
         version = new_version
         until = min(step + chunk_tokens, n)
         state = _chunk(params, state, inputs, until, next_size, **programs)
-        new_step, live = (int(x) for x in jax.device_get(_progress(state)))
+        new_step, live = (int(x) for x in jax.device_get(_progress(state, shards)))
         step_versions[step:new_step] = version
         step = new_step
     del params

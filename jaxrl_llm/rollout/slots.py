@@ -27,9 +27,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxrl_llm.models.layers import LayerKV
 from jaxrl_llm.models.transformer import KVCache, Transformer
-from jaxrl_llm.rollout.engine import _constrain, decode_step, prefill, resolve_cache_shardings
+from jaxrl_llm.rollout import kv_cache
+from jaxrl_llm.rollout.decode_state import decode_step, prefill
 from jaxrl_llm.rollout.sampling import sample_tokens, step_keys
 
 Array = jax.Array
@@ -95,7 +95,7 @@ class SlotDecoder:
       seed: base of the per-slot keys.
       cache_dtype: KV cache dtype (default: the model dtype).
       cache_shardings: optional decode-cache layout, e.g. `CacheLayout(mesh, DECODE_RULES)`
-        (any form `engine.resolve_cache_shardings` accepts).
+        (any form `kv_cache.resolve` accepts).
     """
 
     def __init__(
@@ -115,6 +115,7 @@ class SlotDecoder:
         if num_slots < 1 or max_length < 2:
             raise ValueError(f"SlotDecoder: {num_slots=} must be >= 1 and {max_length=} >= 2.")
         self.graphdef, _ = nnx.split(model)
+        self.model = model  # its structure sizes the cache (`kv_cache.allocate`)
         self.model_config = model.config
         self.num_slots, self.max_length = num_slots, max_length
         self.temperature, self.top_k, self.top_p, self.min_p = temperature, top_k, top_p, min_p
@@ -128,17 +129,9 @@ class SlotDecoder:
     def init_state(self) -> SlotState:
         """Empty slots: zero cache, every slot parked at position 0."""
         n = self.num_slots
-        c = self.model_config
-        shape = (n, c.num_kv_heads, self.max_length, c.head_dim)
-        cache = KVCache(
-            tuple(
-                LayerKV(jnp.zeros(shape, self.cache_dtype), jnp.zeros(shape, self.cache_dtype))
-                for _ in range(c.num_layers)
-            )
+        cache = kv_cache.allocate(
+            self.model, n, self.max_length, dtype=self.cache_dtype, shardings=self.cache_shardings
         )
-        shardings = resolve_cache_shardings(cache, self.cache_shardings)
-        if shardings is not None:
-            cache = jax.device_put(cache, shardings)
         base = jax.random.key(self.seed)
         keys = jax.vmap(lambda s: jax.random.fold_in(base, s))(jnp.arange(n))
         # Three separate buffers: `insert` and `generate` donate the state, and a buffer may be
@@ -160,7 +153,7 @@ class SlotDecoder:
         """
         model = self._model(params)
         p = padded_tokens.shape[0]
-        cache = model.init_cache(1, p, dtype=self.cache_dtype)
+        cache = kv_cache.allocate_in_program(model, 1, p, dtype=self.cache_dtype)
         lengths = jnp.reshape(true_length, (1,)).astype(jnp.int32)
         _, cache = prefill(model, padded_tokens[None].astype(jnp.int32), lengths, cache)
         last = lengths[0] - 1
@@ -176,7 +169,7 @@ class SlotDecoder:
             state.cache,
             prefix.cache,
         )
-        cache = _constrain(cache, self.cache_shardings)
+        cache = kv_cache.constrain(cache, self.cache_shardings)
         new_key = jax.random.split(state.keys[slot])[0]
         return SlotState(
             cache=cache,
@@ -193,7 +186,7 @@ class SlotDecoder:
         n = self.num_slots
         positions = jnp.minimum(state.positions, self.max_length - 1)
         logits_bv, cache = decode_step(model, state.tokens, positions, state.cache)
-        cache = _constrain(cache, self.cache_shardings)
+        cache = kv_cache.constrain(cache, self.cache_shardings)
 
         def per_slot(value, default):
             return jnp.full((n,), default if value is None else value, jnp.float32)

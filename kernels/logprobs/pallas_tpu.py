@@ -63,6 +63,17 @@ def _tile_ids(rows_at, cols_at, block_t, block_v):
     return rows, cols
 
 
+def _mxu_precision(dtype) -> jax.lax.Precision | None:
+    """The matmul precision to name: DEFAULT for 16-bit operands, else the configured one.
+
+    Mosaic rejects a bfloat16 matmul asked for float32 contraction precision ("Bad lhs type"),
+    which is what ``jax_default_matmul_precision="highest"`` (set by our tests, and by users who
+    want exact float32 matmuls) asks of every dot. A bfloat16 x bfloat16 product accumulated in
+    float32 is exact at DEFAULT on the MXU, so nothing is lost by naming it.
+    """
+    return jax.lax.Precision.DEFAULT if jnp.dtype(dtype).itemsize < 4 else None
+
+
 def _masked_tile(h_ref, w_ref, rows, cols, *, n_rows, vocab, mask_rows, inv_temp):
     """Loads h and W blocks, zeroes their overhang, returns (h, W, tempered float32 logits)."""
     h, w = h_ref[...], w_ref[...]
@@ -70,7 +81,8 @@ def _masked_tile(h_ref, w_ref, rows, cols, *, n_rows, vocab, mask_rows, inv_temp
         h = jnp.where(rows < n_rows, h, jnp.zeros_like(h))
     if vocab % w.shape[1]:
         w = jnp.where(cols < vocab, w, jnp.zeros_like(w))
-    z = jnp.dot(h, w, preferred_element_type=jnp.float32) * inv_temp
+    z = jnp.dot(h, w, precision=_mxu_precision(h.dtype), preferred_element_type=jnp.float32)
+    z = z * inv_temp
     return h, w, z
 
 
@@ -168,12 +180,14 @@ def _bwd_kernel(
     ).astype(w.dtype)  # fmt: skip
     if wrt == "h":  # [bt, bv] x [D, bv] -> [bt, D]
         acc_sc[...] += jax.lax.dot_general(
-            dz, w, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
-        )
+            dz, w, (((1,), (1,)), ((), ())), precision=_mxu_precision(w.dtype),
+            preferred_element_type=jnp.float32,
+        )  # fmt: skip
     else:  # [bt, D] x [bt, bv] -> [D, bv]
         acc_sc[...] += jax.lax.dot_general(
-            h, dz, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
-        )
+            h, dz, (((0,), (0,)), ((), ())), precision=_mxu_precision(h.dtype),
+            preferred_element_type=jnp.float32,
+        )  # fmt: skip
 
     @pl.when(pl.program_id(1) == pl.num_programs(1) - 1)
     def _finish():

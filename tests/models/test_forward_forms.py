@@ -147,7 +147,7 @@ def test_decode_loop_copies_no_weight_and_no_cache():
     batch, prompt, new = 16, 16, 8
     stages = (16, 8)  # compaction: a second loop at half the batch
     generator = Generator(model, GenerationConfig(max_new_tokens=new, eos_ids=()))
-    static = generator.program_options(stages, copies_rows=False)
+    static = generator.program_options(batch, copies_rows=False, stages=stages)
     prompt_bt = jnp.ones((batch, prompt), jnp.int32)
     lengths_b = jnp.full((batch,), 5, jnp.int32)
     inputs = PaddedInputs(

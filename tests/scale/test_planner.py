@@ -12,6 +12,7 @@ import pytest
 from jaxrl_llm.config import config_for, make_tiny
 from jaxrl_llm.models import tiny_config
 from jaxrl_llm.scale import Candidate, Searcher, divisibility_notes, workload_of
+from jaxrl_llm.scale.planner import estimate_peak_bytes
 
 # Big enough that replicated weights outweigh the code and caches of a tiny program.
 MODEL = tiny_config(vocab_size=32768, hidden_size=256, intermediate_size=512, num_layers=2,
@@ -40,7 +41,8 @@ def test_over_hbm_rejected_with_the_compilers_figure(v5e_2x2):
     # A chip whose budget falls between the two: the same compiled reports, another verdict.
     budget = (need_split + need_replicated) / 2
     small = v5e_2x2._replace(chip=v5e_2x2.chip.replace(hbm_bytes=budget / 0.95))
-    tight = Searcher(_workload(), small, log=lambda _: None)
+    # prescreen=inf: every chunk is compiled, so the verdict rests on the compiler's peaks.
+    tight = Searcher(_workload(), small, log=lambda _: None, prescreen=float("inf"))
     tight._reports = roomy._reports  # compiled once
     rejected, kept = tight.evaluate(COLOCATED_TP1), tight.evaluate(COLOCATED_TP4)
     assert kept.fits and not rejected.fits
@@ -48,6 +50,13 @@ def test_over_hbm_rejected_with_the_compilers_figure(v5e_2x2):
     smallest_chunk = tight.report("rollout", (4, 1), (0, 4), 4)
     assert f"{smallest_chunk.peak_bytes / 2**30:.2f} GiB" in rejected.reason
     assert rejected.step_seconds == float("inf")
+    # With the default prescreen the same verdict may come without compiling, from a lower
+    # bound that must never exceed what the compiler reported.
+    screened = Searcher(_workload(), small, log=lambda _: None)
+    screened._reports = roomy._reports
+    assert not screened.evaluate(COLOCATED_TP1).fits and screened.evaluate(COLOCATED_TP4).fits
+    bound = estimate_peak_bytes(_workload(), "rollout", (4, 1), 4)
+    assert 0 < bound <= smallest_chunk.peak_bytes
     ranked = tight.search([COLOCATED_TP1, COLOCATED_TP4])
     assert [p.fits for p in ranked] == [True, False]
 
