@@ -6,6 +6,7 @@ searches, and the cost model checked against what can be measured.
     python experiments/benchmarks/pod_plans.py anchors         # MaxText's published MFU
     python experiments/benchmarks/pod_plans.py cpu             # SmolLM2 measured vs predicted
     python experiments/benchmarks/pod_plans.py h200            # RESULTS.md's H200 decode
+    python experiments/benchmarks/pod_plans.py kernels         # 8B phases with / without Pallas
 
 search   `jaxrl_llm.scale.Searcher` over colocated and split placements for the GRPO workload
          of experiments/configs/grpo_llama8b_pod.py (64 prompts x 16, 1,024 + 4,096 tokens):
@@ -19,6 +20,9 @@ anchors  our compiled train step at MaxText's published shapes, its predicted MF
 cpu      the cost model with this CPU's measured ceilings (numpy matmul FLOP/s, read bandwidth)
          predicting SmolLM2's measured train step and decode here: the ratios.
 h200     the cost model predicting the decode steps measured on an H200 (RESULTS.md, 2026-11-24).
+kernels  the 8B train step and reference forward on v5e-64 (16 x 4) compiled with the TPU
+         kernels (splash attention, the Pallas log-prob kernel) and without them (XLA attention,
+         XLA log-probs): per-chip memory from the compiler and the predicted seconds.
 
 Compiles are cached (~/.cache/jaxrl_llm/aot), so a rerun prints in seconds; the first run of
 `search` takes tens of minutes to hours on two cores (each 8B program compiles in 1-4 minutes).
@@ -237,6 +241,57 @@ def anchors(args) -> None:
               f"{anchor['source']} |", flush=True)  # fmt: skip
 
 
+def kernels(args) -> None:
+    """The 8B train step and reference forward with and without the TPU kernels."""
+    from jaxrl_llm.config import load_config
+    from jaxrl_llm.models.partitioning import attention_kernel
+    from jaxrl_llm.scale import (
+        CompileCache,
+        actor_train_program,
+        analyze,
+        costs,
+        get_topology,
+        reference_program,
+        workload_of,
+    )  # fmt: skip
+    from jaxrl_llm.sharding import make_mesh
+
+    topology = get_topology("v5e-64")
+    chip, shape = topology.chip, (16, 4)
+    _header(f"Pallas kernels on and off, Llama-3.1-8B on {topology.name} {shape}")
+    cache = CompileCache(CACHE)
+    mesh = make_mesh(shape, ("data", "model"), devices=topology.devices)
+    print("| phase | attention | log-probs | peak GiB / chip | temp GiB | predicted s / call | "
+          "bound | compile s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    variants = [(True, "pallas_tpu"), (False, "xla")]
+    for splash, logprobs in variants:
+        config = load_config(POD_CONFIG, {"loss.logprob_implementation": logprobs})
+        workload = workload_of(config)
+        model, w = workload.model, workload
+        with attention_kernel(splash):
+            programs = [actor_train_program(workload, mesh), reference_program(workload, mesh)]
+        for program in programs:
+            report = analyze(program, cache)
+            length = w.prompt_len + w.response_len
+            if program.phase == "actor_train":
+                rows = w.sequences // w.num_minibatches
+                split = costs.split_of(model, rows, *shape, fsdp=True)
+                cost = costs.train_step_cost(model, rows, length, split, remat="full",
+                                             logprob_implementation=logprobs,
+                                             attention_kernel=splash)  # fmt: skip
+            else:
+                split = costs.split_of(model, w.sequences, *shape, fsdp=True)
+                cost = costs.forward_cost(model, w.sequences, length, split,
+                                          attention_kernel=splash)  # fmt: skip
+            line = costs.roofline(cost._replace(comm_seconds=report.comm_seconds(chip)), chip)
+            oom = f" OOM: {report.out_of_memory[:120]}" if report.out_of_memory else ""
+            print(f"| {program.phase} | {'splash' if splash else 'XLA'} | {logprobs} | "
+                  f"{report.peak_bytes / 2**30:.2f} | {report.temp_bytes / 2**30:.2f} | "
+                  f"{line.seconds:.3f} | {line.bound} | {report.compile_seconds:.0f} |{oom}",
+                  flush=True)  # fmt: skip
+
+
 def cpu(args) -> None:
     """SmolLM2's train step and decode, measured here, against the cost model with this CPU's
     measured ceilings."""
@@ -353,10 +408,16 @@ def main():
     c = sub.add_parser("cpu")
     c.add_argument("--repeats", type=int, default=3)
     sub.add_parser("h200")
+    sub.add_parser("kernels")
     args = parser.parse_args()
-    {"search": search, "matrix": matrix, "anchors": anchors, "cpu": cpu, "h200": h200}[
-        args.command
-    ](args)
+    {
+        "search": search,
+        "matrix": matrix,
+        "anchors": anchors,
+        "cpu": cpu,
+        "h200": h200,
+        "kernels": kernels,
+    }[args.command](args)
 
 
 if __name__ == "__main__":

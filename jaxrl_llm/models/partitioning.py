@@ -78,6 +78,28 @@ def use_layout(layout: Layout | None) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+_ATTENTION_KERNEL: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxrl_llm_attention_kernel", default=True
+)
+
+
+@contextlib.contextmanager
+def attention_kernel(enabled: bool) -> Iterator[None]:
+    """Inside the block, programs traced under a TPU layout keep (True, the default) or drop
+    (False) the splash attention kernel: the XLA path then runs, as it does on CPU. For
+    comparing a program's memory and time with and without the kernel (docs/scale.md)."""
+    token = _ATTENTION_KERNEL.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _ATTENTION_KERNEL.reset(token)
+
+
+def attention_kernel_enabled() -> bool:
+    """Whether `attention_kernel` leaves the kernel on in this context."""
+    return _ATTENTION_KERNEL.get()
+
+
 def current_layout() -> Layout | None:
     """The layout set by the innermost `use_layout`, or None."""
     layout = _CURRENT.get()
@@ -168,6 +190,8 @@ def kernel_attention(
     """
     layout = current_layout()
     if layout is None or layout.attention != "splash" or not _INDEX_POSITIONS.get():
+        return None
+    if not _ATTENTION_KERNEL.get():
         return None
     from kernels.attention import causal_attention, supported
 

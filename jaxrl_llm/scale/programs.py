@@ -37,6 +37,7 @@ from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
 from jaxrl_llm.config import lora_config_of
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.lora import add_adapters, strip_adapters
+from jaxrl_llm.models import partitioning
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.roles.critic import value_fn
@@ -131,6 +132,7 @@ def _key(workload: Workload, phase: str, mesh: Mesh, **extra) -> str:
         mesh=tuple(mesh.shape.items()),
         devices=tuple(d.id for d in mesh.devices.flat),
         kind=mesh.devices.flat[0].device_kind,
+        attention_kernel=partitioning.attention_kernel_enabled(),
         **extra,
     )  # fmt: skip
     return repr(sorted(fields.items()))

@@ -23,8 +23,9 @@ D <= 4096 with the default 256 x 512 blocks. Ragged edges: blocks overhang the a
 kernels mask rows ``>= N`` and columns ``>= V`` with ``jnp.where`` (never by multiplying, since
 the overhang holds garbage; interpret mode fills it with NaN, which the tests rely on).
 
-Verified here only in TPU interpret mode on CPU (``pltpu.InterpretParams``); not yet compiled on
-a TPU.
+Numerics verified in TPU interpret mode on CPU (``pltpu.InterpretParams``); compiled by Mosaic
+for v5e and v5p inside the 8B train step through libtpu on a CPU (``jaxrl_llm.scale``,
+docs/scale.md); not yet run on a TPU.
 """
 
 from __future__ import annotations

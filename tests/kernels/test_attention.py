@@ -10,7 +10,7 @@ from flax import nnx
 
 from jaxrl_llm.models import init_model, tiny_gemma3_config
 from jaxrl_llm.models.layers import grouped_query_attention
-from jaxrl_llm.models.partitioning import use_layout
+from jaxrl_llm.models.partitioning import attention_kernel, attention_kernel_enabled, use_layout
 from jaxrl_llm.sharding import TRAIN_RULES, layout, make_mesh
 from kernels.attention import causal_attention, splash_tpu, supported
 
@@ -80,3 +80,27 @@ def test_inside_the_model_under_a_splash_layout():
     # Two kernels (global and local) traced inside the layer scan's body.
     assert splash_tpu.TRACE_COUNTS["splash"] >= before + 2
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_attention_kernel_off_traces_the_xla_path():
+    """`attention_kernel(False)` under a splash layout: no kernel traced, the same values."""
+    config = tiny_gemma3_config(sliding_window=64, max_position_embeddings=512)
+    model = init_model(config)
+    tokens = jax.random.randint(jax.random.key(2), (2, 128), 0, config.vocab_size)
+    mesh = make_mesh((1, 2), ("data", "model"), devices=jax.devices()[:2])
+    splash = layout(mesh, TRAIN_RULES)._replace(attention="splash", interpret=True)
+    graphdef, state = nnx.split(model)
+
+    def forward(state, tokens):
+        return nnx.merge(graphdef, state).hidden_states(tokens)[0]
+
+    def forward_without_kernel(state, tokens):  # its own function: its own trace
+        return forward(state, tokens)
+
+    want = jax.jit(forward)(state, tokens)
+    before = splash_tpu.TRACE_COUNTS["splash"]
+    with use_layout(splash), attention_kernel(False):
+        got = jax.jit(forward_without_kernel)(state, tokens)
+    assert splash_tpu.TRACE_COUNTS["splash"] == before
+    assert attention_kernel_enabled()  # restored on leaving the block
+    np.testing.assert_allclose(got, want, atol=1e-5)
