@@ -35,9 +35,9 @@ from jaxrl_llm.algorithms import registry
 from jaxrl_llm.algorithms.base import Experience
 from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
 from jaxrl_llm.config import lora_config_of
+from jaxrl_llm.models import partitioning
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.lora import add_adapters, strip_adapters
-from jaxrl_llm.models import partitioning
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.roles.critic import value_fn
