@@ -6,6 +6,11 @@
     python -m jaxrl_llm.evaluate --model smollm2-135m-instruct --tasks gcd,lcm --jsonl gsm.jsonl
     python -m jaxrl_llm.evaluate --workdir runs/grpo_smollm2 --adversarial
 
+A run of an episode task (`config.env`: tool use, Multi-IF) is evaluated on its own task, as
+its runner does: greedy episodes on `--size` test examples, with accuracy, per-turn accuracy,
+tool-call rates and turns per episode (`jaxrl_llm.envs.evaluation`); `--tasks` / `--jsonl` then
+evaluate single-turn tasks instead.
+
 Per task (a preset or reasoning-gym name, `--size` prompts of `--seed`) and per JSONL file: greedy
 pass@1, and with `--num_samples n` sampled pass@k and maj@k for each k of `--ks` up to n, mean
 completion length and truncation rate (`jaxrl_llm.evals`). `--adversarial` adds the adversarial
@@ -138,11 +143,25 @@ def main(argv):
         system_prompt=config.task.system_prompt,
         instruction_suffix=config.task.instruction_suffix,
     )
-    evaluator = Evaluator(model, tokenizer, rewards, settings)
-    results = evaluator(_eval_sets(config), params=params)
-    report = {"policy": label, "step": step, "settings": settings.__dict__, "tasks": results}
-    text = f"## {label}\n\n{markdown_table(results)}\n"
+    if config.env.name and not _TASKS.value and not _JSONL.value:
+        from jaxrl_llm.envs.evaluation import episode_table, evaluate_episodes
+
+        results = {
+            config.env.name: evaluate_episodes(
+                config, model, tokenizer, params=params, size=_SIZE.value, seed=_SEED.value,
+                num_slots=_SLOTS.value,
+            )
+        }  # fmt: skip
+        report = {"policy": label, "step": step, "episodes": True, "tasks": results}
+        text = f"## {label}: greedy episodes\n\n{episode_table(results)}\n"
+    else:
+        evaluator = Evaluator(model, tokenizer, rewards, settings)
+        results = evaluator(_eval_sets(config), params=params)
+        report = {"policy": label, "step": step, "settings": settings.__dict__, "tasks": results}
+        text = f"## {label}\n\n{markdown_table(results)}\n"
     if _ADVERSARIAL.value:
+        if "episodes" in report:
+            raise app.UsageError("--adversarial evaluates single-turn arithmetic: add --tasks.")
         report["adversarial"] = robustness(
             evaluator, seed=config.seed, size=_ADVERSARIAL_SIZE.value, params=params
         )

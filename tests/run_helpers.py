@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import TIME_KEYS
+from jaxrl_llm.runners import is_process_dependent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,11 +30,11 @@ def start_main(config_path: str, workdir, *flags: str, script: str | None = None
 
 def rows_by_step(workdir) -> dict[int, dict]:
     """The last training row of each step (a resumed run rewrites the steps it redoes), without
-    the process-dependent keys (`TIME_KEYS`)."""
+    the process-dependent keys (`is_process_dependent`: timings)."""
     rows = {}
     for row in read_metrics(str(workdir)):
         if "train/rows" in row:
-            rows[row["step"]] = {k: v for k, v in row.items() if k not in TIME_KEYS}
+            rows[row["step"]] = {k: v for k, v in row.items() if not is_process_dependent(k)}
     return rows
 
 

@@ -44,7 +44,7 @@ def phases_of(workdir: str) -> tuple[Phases, dict[str, float]]:
         raise SystemExit(f"{workdir}: no asynchronous steps in metrics.jsonl")
     generate = [r["time/rollout_s"] + r["time/reward_s"] for r in rows]
     train = [r["time/prepare_s"] + r["time/train_s"] for r in rows]
-    sync = statistics.median(r.get("async/sync_s", 0.0) for r in rows)
+    sync = statistics.median(r.get("time/sync_s", 0.0) for r in rows)
     wall = sum(r["time/step_s"] for r in rows)
     measured = {
         "steps": len(rows),
@@ -52,8 +52,8 @@ def phases_of(workdir: str) -> tuple[Phases, dict[str, float]]:
         "train_s": statistics.median(train),
         "sync_s": sync,
         "sync_mb": statistics.median(r.get("async/sync_bytes", 0.0) for r in rows) / 2**20,
-        "learner_idle": sum(r["async/learner_idle_s"] for r in rows) / wall,
-        "generator_idle": sum(r["async/generator_idle_s"] for r in rows) / wall,
+        "learner_idle": sum(r["time/learner_idle_s"] for r in rows) / wall,
+        "generator_idle": sum(r["time/generator_idle_s"] for r in rows) / wall,
     }
     return Phases(generate, train, sync), measured
 

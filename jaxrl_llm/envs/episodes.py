@@ -305,7 +305,7 @@ def _assemble(episodes, results, limits, counts, rounds, seconds) -> EpisodeBatc
             if num
             else 0.0,
             "episode/host_rounds": float(rounds),
-            "episode/seconds": seconds,
+            "time/episodes_s": seconds,
             "work/prefill_tokens": float(results["prefill_tokens"]),
             "work/prefill_positions": float(results["prefill_positions"]),
             "work/decode_row_steps": float(results["decode_row_steps"]),

@@ -137,7 +137,9 @@ class EvaluationHook(Hook):
 
     @staticmethod
     def _log(run: RunContext, step: int, result: dict[str, float]) -> None:
-        run.writer.write_scalars(step, {f"eval/{k}": v for k, v in result.items()})
+        """`result` as "eval/<metric>", its "seconds" as "time/eval_s" (timings live there)."""
+        scalars = {"time/eval_s" if k == "seconds" else f"eval/{k}": v for k, v in result.items()}
+        run.writer.write_scalars(step, scalars)
 
     def on_start(self, run: RunContext) -> None:
         if self.before and run.meta.get("eval_before") is None:

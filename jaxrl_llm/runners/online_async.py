@@ -120,7 +120,7 @@ class AsyncRun(OnlineRun):
         self.totals["sync_s"] += stats.seconds
         self.totals["sync_bytes"] += stats.bytes
         self.totals["syncs"] += 1
-        return {"async/sync_s": stats.seconds, "async/sync_bytes": float(stats.bytes)}
+        return {"time/sync_s": stats.seconds, "async/sync_bytes": float(stats.bytes)}
 
     def _generate_batches(self, first_step: int) -> None:
         """The generator thread: batches first_step .. num_steps - 1, in order."""
@@ -237,11 +237,11 @@ class AsyncRun(OnlineRun):
             "async/version": float(batch.version),
             "async/staleness": float(staleness_b.mean()),
             "async/queue_depth": float(depth),
-            "async/learner_idle_s": learner_idle,
-            "async/generator_idle_s": batch.generator_idle_s,
+            "time/learner_idle_s": learner_idle,
+            "time/generator_idle_s": batch.generator_idle_s,
         }
         if self.processes == 2:
-            scalars["async/pull_s"] = batch.pull_s
+            scalars["time/pull_s"] = batch.pull_s
         if batch.generated.versions_bt is not None:
             scalars.update(self.token_staleness(step, batch.generated))
         record = self.learn(

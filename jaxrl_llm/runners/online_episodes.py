@@ -22,6 +22,7 @@ import numpy as np
 from jaxrl_llm.envs.chat import EpisodeRenderer
 from jaxrl_llm.envs.config import episode_limits
 from jaxrl_llm.envs.episodes import EpisodeBatch, run_episodes
+from jaxrl_llm.envs.evaluation import held_out_metrics
 from jaxrl_llm.envs.tasks import Demonstration, episode_metrics, episode_task
 from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.rewards.runner import RewardOutput
@@ -32,10 +33,6 @@ from jaxrl_llm.training import make_optimizer
 from jaxrl_llm.training.sft import SftBatch, sft_loss
 
 __all__ = ["EpisodeRun", "demonstration_rows"]
-
-# Held-out metrics kept from `episode_metrics` (the rest are per-batch event counts).
-_EVAL_KEYS = ("accuracy", "tool_call/well_formed_rate", "tool/episodes_with_call", "episode/turns")
-
 
 def demonstration_rows(renderer: EpisodeRenderer, demos: list[Demonstration], *, width: int):
     """SFT rows of scripted episodes, token in / token out like sampled ones: the prompt, each
@@ -127,9 +124,7 @@ class EpisodeRun(OnlineRun):
         rollout.sync(self.roles.actor.params)
         batch = self.play(self.greedy, self.eval_sets[0].examples, seed=0, params=rollout.params)
         rollout.release()
-        metrics = episode_metrics(batch)
-        keep = {k: v for k, v in metrics.items() if k in _EVAL_KEYS or k.startswith("turn")}
-        keep.update({k: v for k, v in metrics.items() if k.startswith("episode/end/")})
+        keep = held_out_metrics(batch)
         keep["seconds"] = time.time() - t0
         return keep
 

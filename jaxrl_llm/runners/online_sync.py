@@ -56,15 +56,17 @@ from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.staleness import checkpoint_slots
 from jaxrl_llm.sharding import layout
 
-# Metrics that depend on the process, not on the run's seed: wall times, whether this step
-# compiled the train step for a new batch shape (a resumed process compiles again), and the
-# asynchronous runner's queue depth and idle times.
+# Metrics that depend on the process, not on the run's seed. Every timing is under "time/"
+# (phases, evaluation, weight syncs, the asynchronous runner's idle times, whether this step
+# compiled the train step for a new batch shape: a resumed process compiles again); outside it
+# only the asynchronous runner's queue depth. `is_process_dependent` says which keys these are.
 TIME_KEYS = (
     "async/queue_depth",
-    "async/learner_idle_s",
-    "async/generator_idle_s",
-    "async/sync_s",
-    "async/pull_s",
+    "time/learner_idle_s",
+    "time/generator_idle_s",
+    "time/pull_s",
+    "time/eval_s",
+    "time/episodes_s",
     "time/rollout_s",
     "time/reward_s",
     "time/prepare_s",
@@ -73,6 +75,12 @@ TIME_KEYS = (
     "time/sync_s",
     "time/new_train_shape",
 )
+
+
+def is_process_dependent(key: str) -> bool:
+    """Whether metric `key` may differ between two runs of one config and seed: timings
+    (everything under "time/") and `TIME_KEYS`."""
+    return key.startswith("time/") or key in TIME_KEYS
 
 
 def _violations(reward_out) -> np.ndarray | None:

@@ -3,6 +3,8 @@ Multi-IF with turn-level credit; a rerun in the same workdir resumes."""
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -41,6 +43,22 @@ def test_episode_run_trains_and_resumes(name, tmp_path):
     )
     assert again["steps"] == config.train.num_steps
     assert len([r for r in _rows(workdir) if "train/loss" in r]) == config.train.num_steps
+
+    # The evaluation command on the run: the same greedy episodes as the run's last evaluation.
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxrl_llm.evaluate", "--workdir", workdir],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    step = config.train.num_steps
+    report = json.load(open(os.path.join(workdir, "eval", f"results_step{step}.json")))
+    result = report["tasks"][config.env.name]
+    assert result["accuracy"] == summary["eval_after"]["accuracy"]
+    table = out.stdout
+    if name == "multi_if_tiny":
+        assert "turn 2 accuracy" in table and result["turn2/accuracy"] >= 0.0
+    else:
+        assert "episodes with a tool call" in table and "tool/episodes_with_call" in result
 
 
 @pytest.mark.parametrize(

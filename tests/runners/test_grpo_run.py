@@ -8,7 +8,7 @@ import pytest
 from jaxrl_llm.algorithms import grpo
 from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import NonFiniteLossError, train
+from jaxrl_llm.runners import NonFiniteLossError, is_process_dependent, train
 from tests.run_helpers import assert_same_steps, kill_at_step_then_resume, start_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -103,3 +103,19 @@ def test_packing_needs_token_mean_aggregation():
 def test_pack_width_narrower_than_a_rollout_row_is_named():
     with pytest.raises(ValueError, match="config.train.pack_width=16"):
         load_config(TINY, {"train.pack_sequences": True, "train.pack_width": 16})
+
+
+def test_two_identical_runs_differ_only_in_timings(tmp_path):
+    """Every metric outside "time/" (training, rewards, evaluation before and after, work
+    counters) is the same in two runs of one config and seed; timings live under "time/"."""
+    overrides = {"train.num_steps": 2, "eval.before": True, "eval.after": True}
+    runs = []
+    for name in ("a", "b"):
+        train(load_config(TINY, overrides), str(tmp_path / name), progress=False)
+        runs.append(read_metrics(str(tmp_path / name)))
+    assert len(runs[0]) == len(runs[1]) >= 4  # eval before, 2 steps, eval after
+    assert any("time/eval_s" in row for row in runs[0])
+    assert not any(k.startswith("eval/") and "second" in k for row in runs[0] for k in row)
+    for first, second in zip(*runs, strict=True):
+        keep = lambda row: {k: v for k, v in row.items() if not is_process_dependent(k)}
+        assert keep(first) == keep(second)
