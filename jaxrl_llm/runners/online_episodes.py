@@ -34,6 +34,7 @@ from jaxrl_llm.training.sft import SftBatch, sft_loss
 
 __all__ = ["EpisodeRun", "demonstration_rows"]
 
+
 def demonstration_rows(renderer: EpisodeRenderer, demos: list[Demonstration], *, width: int):
     """SFT rows of scripted episodes, token in / token out like sampled ones: the prompt, each
     model turn (its text encoded, then the end-of-turn token; loss here), each observation
