@@ -32,32 +32,53 @@ def _memory_maps() -> int | None:
         return None
 
 
+def _map_limit() -> int:
+    """The kernel's limit on one process's memory mappings (`vm.max_map_count`)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as limit_file:
+            return int(limit_file.read())
+    except (OSError, ValueError):
+        return 65530  # Linux's default
+
+
+# Compiled programs are dropped after a module once the process holds this share of the limit:
+# far enough below it that one more module's compiles (a few thousand mappings at most, measured
+# by the counts printed at the end) cannot reach it.
+_RELEASE_AT = 0.5
+_RELEASES = []  # the mapping counts at which programs were dropped
+
+
 @pytest.fixture(autouse=True, scope="module")
-def _release_compiled_programs():
-    """Drops every compiled program after each test module.
+def _release_compiled_programs_near_the_map_limit():
+    """Drops every compiled program after a test module when the process nears the limit on
+    memory mappings, and not before, so later modules reuse what earlier ones compiled.
 
     XLA:CPU maps each compiled kernel's code into its own pages, and jit caches keep every
     program of the session alive. Over the ~1,000 tests of one process that reached the kernel's
     limit of 65,530 mappings (`vm.max_map_count`) and the next compile segfaulted (reproduced
-    at 64,507 mappings, 94% through the suite). Tests inside a module still share their
-    compiles; a later module recompiles what it would have reused.
+    at 64,507 mappings, 94% through the suite). Dropping the programs after every module fixed
+    that but made each module recompile what it would have shared; counting the mappings keeps
+    both the sharing and the guard.
     """
     yield
-    jax.clear_caches()
-    gc.collect()
+    maps = _memory_maps()
+    if maps is not None and maps > _RELEASE_AT * _map_limit():
+        jax.clear_caches()
+        gc.collect()
+        _RELEASES.append((maps, _memory_maps()))
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Reports the process's memory mappings at the end, against the kernel's limit."""
+    """Reports the process's memory mappings at the end, against the kernel's limit, and when
+    compiled programs were dropped."""
     maps = _memory_maps()
     if maps is None:
         return
-    try:
-        with open("/proc/sys/vm/max_map_count") as limit_file:
-            limit = limit_file.read().strip()
-    except OSError:
-        limit = "?"
-    terminalreporter.write_line(f"memory mappings at the end: {maps} (vm.max_map_count {limit})")
+    released = ", ".join(f"{before} -> {after}" for before, after in _RELEASES) or "never"
+    terminalreporter.write_line(
+        f"memory mappings at the end: {maps} (vm.max_map_count {_map_limit()}); compiled "
+        f"programs dropped at {_RELEASE_AT:.0%} of it: {released}"
+    )
 
 
 def _odd_length_reward(prompt, completion, example):

@@ -74,6 +74,10 @@ def main() -> int:
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--set", action="append", default=[], help="extra --config.X=V flags")
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("algorithms.py"), flush=True)
     os.makedirs(args.out, exist_ok=True)
     results = []
     for name in args.algorithms.split(","):

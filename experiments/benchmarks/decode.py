@@ -42,7 +42,6 @@ import datetime
 import importlib.util
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -54,7 +53,7 @@ from jaxrl_llm.models import from_pretrained, resolve_model_path
 from jaxrl_llm.rollout import GenerationConfig, Generator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import matmul_rate, read_bandwidth, run_for_result  # noqa: E402
+from machine import cpu_description, matmul_rate, read_bandwidth, run_for_result  # noqa: E402
 
 _TOPICS = [
     "a fox who learns to paint", "the history of bread", "why the sky is blue",
@@ -415,8 +414,8 @@ def main(argv=None):
     config = model.config
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"# decode benchmark {datetime.date.today()} | {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, load average {load:.1f} | jax {jax.__version__} | {args.model} "
+        f"# decode benchmark {datetime.date.today()} | {cpu_description()}, load average "
+        f"{load:.1f} | jax {jax.__version__} | {args.model} "
         f"float32, {config.num_params() / 1e6:.1f}M params, {4 * config.num_params() / 1e6:.0f} MB\n"
         f"# prompt {args.prompt_tokens} tokens, {new_tokens} new tokens, temperature 1 | "
         f"read bandwidth {bandwidth / 1e9:.1f} GB/s, numpy matmul {flop_rate / 1e9:.0f} GFLOP/s\n"

@@ -31,6 +31,10 @@ def main():
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128, 512])
     parser.add_argument("--hbm_tb_s", type=float, default=4.8)
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("decode_gpu.py"), flush=True)
     config = tiny_config(
         vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
         num_kv_heads=3, head_dim=64, tie_word_embeddings=True, max_position_embeddings=2048,

@@ -39,6 +39,10 @@ def main():
     parser.add_argument("--slots", type=int, default=50, help="rows decoded together")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("evaluation.py"), flush=True)
     c = grpo_config()
     model, tokenizer = from_pretrained(c.model.name, dtype=jnp.float32)
     source = task_source(

@@ -37,7 +37,6 @@ import datetime
 import functools
 import json
 import os
-import platform
 import sys
 import time
 
@@ -54,6 +53,7 @@ from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import (  # noqa: E402
     best_seconds,
+    cpu_description,
     matmul_rate,
     peak_rss_bytes,
     read_bandwidth,
@@ -365,8 +365,8 @@ def main(argv=None):
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     weight_bytes = 4 * config.num_params()
     print(
-        f"# forward benchmark {datetime.date.today()} | {platform.processor() or platform.machine()}"
-        f", {os.cpu_count()} cores, load average {load:.1f} | jax {jax.__version__} | "
+        f"# forward benchmark {datetime.date.today()} | {cpu_description()}, load average "
+        f"{load:.1f} | jax {jax.__version__} | "
         f"{os.path.basename(resolve_model_path(args.model))} float32, "
         f"{config.num_params() / 1e6:.1f}M params\n# read bandwidth {bandwidth / 1e9:.1f} GB/s "
         f"(weights alone: {1e3 * weight_bytes / bandwidth:.1f} ms per step), numpy matmul "

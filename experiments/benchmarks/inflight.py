@@ -44,6 +44,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="8 rows, 32 new tokens, 2 rounds")
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("inflight.py"), flush=True)
     if args.quick:
         args.batch, args.new_tokens, args.repeats = 8, 32, 2
     chunks = sorted(set(args.chunks) | {args.new_tokens})

@@ -151,6 +151,10 @@ def main():
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, default="fwd", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("logprobs.py"), flush=True)
     if args.quick:
         args.tokens, args.d, args.v, args.reps = 1024, 64, 4096, 1
     if args.worker:

@@ -79,6 +79,10 @@ def main() -> None:
     parser.add_argument("--lora_lr", type=float, default=3e-4)
     parser.add_argument("--skip_runs", action="store_true")
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("lora_grpo.py"), flush=True)
     lora_flags = [
         f"--config.model.lora.rank={args.rank}",
         f"--config.model.lora.alpha={args.alpha}",

@@ -41,6 +41,10 @@ def main() -> None:
     parser.add_argument("--new_tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("lora_rollout.py"), flush=True)
 
     from jaxrl_llm.models import from_pretrained, init_model, tiny_config
     from jaxrl_llm.models.lora import LoraConfig, add_adapters

@@ -104,3 +104,11 @@ def cpu_description() -> str:
         else ("AVX2" if "avx2" in flags else "no AVX2")
     )
     return f"{model} ({isa}, {os.cpu_count()} cores)"
+
+
+def benchmark_header(what: str) -> str:
+    """The first line of a benchmark's output: what it measured, the date and this CPU, e.g.
+    "# decode; 2026-11-25; AMD EPYC (AVX-512, 2 cores)"."""
+    import datetime
+
+    return f"# {what}; {datetime.date.today()}; {cpu_description()}"

@@ -44,6 +44,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip_trl", action="store_true")
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("multi_turn.py"), flush=True)
 
     from jaxrl_llm.envs.base import Environment, EpisodeLimits, StepResult
     from jaxrl_llm.envs.chat import EpisodeRenderer

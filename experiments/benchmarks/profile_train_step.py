@@ -141,6 +141,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--trace-dir", default="/tmp/jaxrl_llm_train_trace")
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("profile_train_step.py"), flush=True)
 
     run_config = grpo_config()
     model_config = config_from_gguf(read_gguf(resolve_model_path(run_config.model.name)))

@@ -148,6 +148,9 @@ def run_model(name: str, build, mesh, repeats: int) -> dict:
 
 def main() -> None:
     args = _parse()
+    from machine import benchmark_header
+
+    print(benchmark_header("reshard.py"), flush=True)
     flag = f"--xla_force_host_platform_device_count={args.devices}"
     if "host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()

@@ -138,6 +138,10 @@ def main():
         "batch in one go (8) ran out of a 24 GB machine's memory",
     )
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("tunix_grpo.py"), flush=True)
 
     import jax
     import jax.numpy as jnp

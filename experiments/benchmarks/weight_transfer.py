@@ -90,6 +90,10 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not getattr(args, "worker", None):  # the parent prints the header, once
+        from machine import benchmark_header
+
+        print(benchmark_header("weight_transfer.py"), flush=True)
     if args.worker:
         return worker(args)
 

@@ -45,6 +45,19 @@ from jaxrl_llm.sharding import make_mesh
 MESH_AXES = ("data", "model")
 
 
+def refusal(error: Exception, chip: Chip) -> str:
+    """Why the compiler refused a program, in a line (the known cases explained)."""
+    text = str(error)
+    if "limited ICI routing" in text:
+        return (
+            f"the compiler refused it: on {chip.name} (limited ICI routing) XLA:TPU compiles a "
+            "program only over every chip of the slice, so a split placement needs one slice "
+            "per group (multi-slice, over DCN), which this planner does not model; use a "
+            "colocated placement"
+        )
+    return f"the compiler refused it: {text:.200}"
+
+
 class Candidate(NamedTuple):
     """A placement to evaluate.
 
@@ -342,7 +355,7 @@ class Searcher:
             if phase.startswith("critic"):
                 result = self._reports.get((phase, *train), result)
             if isinstance(result, Exception):
-                return self._reject(candidate, f"{phase}: the compiler refused it: {result!s:.200}")
+                return self._reject(candidate, f"{phase}: {refusal(result, self.chip)}")
             if result.out_of_memory:
                 return self._reject(candidate, f"{phase} on {self._shape(train[0])}: compiler: "
                                                f"{result.out_of_memory}")  # fmt: skip
@@ -397,7 +410,7 @@ class Searcher:
             result = self.report("rollout", shape, devices, rows)
             chunk = f"{rows} rows" if rows else f"all {w.sequences} rows"
             if isinstance(result, Exception):
-                return None, 0, f"rollout: the compiler refused it: {result!s:.200}"
+                return None, 0, f"rollout: {refusal(result, self.chip)}"
             if result.out_of_memory:
                 why = f"rollout on {self._shape(shape)} ({chunk}): compiler: {result.out_of_memory}"
                 continue

@@ -12,7 +12,7 @@ import pytest
 from jaxrl_llm.config import config_for, make_tiny
 from jaxrl_llm.models import tiny_config
 from jaxrl_llm.scale import Candidate, Searcher, divisibility_notes, workload_of
-from jaxrl_llm.scale.planner import estimate_peak_bytes
+from jaxrl_llm.scale.planner import estimate_peak_bytes, refusal
 
 # Big enough that replicated weights outweigh the code and caches of a tiny program.
 MODEL = tiny_config(vocab_size=32768, hidden_size=256, intermediate_size=512, num_layers=2,
@@ -150,3 +150,17 @@ def test_bad_input_is_one_line(v5e_2x2, tmp_path, args, message):
     out = _plan(*args, tmp_path=tmp_path)
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_refusal_for_a_partial_slice_is_explained():
+    """v5e compiles only over a whole slice (measured: an 8B train step on 32 of a v5e-64's
+    chips); the reason says so instead of quoting the RET_CHECK."""
+    from jaxrl_llm.scale import chip
+
+    error = RuntimeError(
+        "INTERNAL: RET_CHECK failure (deepsea_compiler_base.cc:1879) device_count == ... On "
+        "platforms with limited ICI routing device assignment should include all slice devices"
+    )
+    reason = refusal(error, chip("v5e"))
+    assert "v5e" in reason and "split placement needs one slice per group" in reason
+    assert refusal(ValueError("other"), chip("v5e")) == "the compiler refused it: other"
