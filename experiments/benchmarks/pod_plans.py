@@ -228,7 +228,7 @@ def anchors(args) -> None:
         split = costs.split_of(workload.model, anchor["rows"], d, m, fsdp=True)
         cost = costs.train_step_cost(
             workload.model, anchor["rows"], anchor["length"], split, remat="full",
-            logprob_implementation="pallas_tpu",
+            logprob_implementation="pallas_tpu", attention_kernel=True,  # as compiled: splash
         )._replace(comm_seconds=report.comm_seconds(chip))  # fmt: skip
         line = costs.roofline(cost, chip)
         model = workload.model

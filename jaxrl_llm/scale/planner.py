@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from jax.sharding import Mesh
 
+from jaxrl_llm.models import partitioning
 from jaxrl_llm.runners.pipeline_model import simulate_async_groups
 from jaxrl_llm.scale import costs, programs
 from jaxrl_llm.scale.analysis import CompileCache, ProgramReport, analyze
@@ -459,17 +460,32 @@ class Searcher:
                     w.model, w.minibatch_rows, w.length, train_split, remat=w.config.train.remat,
                     lora=w.lora and phase == "actor_train",
                     logprob_implementation=self.logprob_implementation(),
+                    attention_kernel=self.attention_kernel(),
                 )._replace(comm_seconds=comm)  # fmt: skip
                 line = costs.roofline(cost, chip)
                 seconds = line.seconds * report.runs
             else:
-                cost = costs.forward_cost(w.model, w.sequences, w.length, full_split)
+                cost = costs.forward_cost(
+                    w.model, w.sequences, w.length, full_split,
+                    attention_kernel=self.attention_kernel(),
+                )  # fmt: skip
                 line = costs.roofline(cost._replace(comm_seconds=comm), chip)
                 seconds = line.seconds
             resident = self._resident(candidate, phase, state)
             out[phase] = PhaseResult(phase, report, report.peak_bytes + resident, seconds, line)
         out["reshard"] = self._reshard(candidate, state)
         return out
+
+    def attention_kernel(self) -> bool:
+        """Whether the train step and the forwards run the splash attention kernel, as the
+        programs do on TPU layouts (`models.partitioning`) at lengths it tiles."""
+        from kernels.attention import supported
+
+        return (
+            self.chip.name.startswith("v")
+            and partitioning.attention_kernel_enabled()
+            and supported(self.workload.length)
+        )
 
     def logprob_implementation(self) -> str:
         """The log-prob backend the train step runs with on this chip."""

@@ -164,3 +164,19 @@ def test_a_refusal_for_a_partial_slice_is_explained():
     reason = refusal(error, chip("v5e"))
     assert "v5e" in reason and "split placement needs one slice per group" in reason
     assert refusal(ValueError("other"), chip("v5e")) == "the compiler refused it: other"
+
+
+def test_predictions_follow_the_attention_kernel_the_programs_run(v5e_2x2):
+    """On TPU layouts the train step runs splash attention at lengths it tiles, so the roofline
+    counts no [T, T] score traffic there; `attention_kernel(False)` turns both off."""
+    from jaxrl_llm.models.partitioning import attention_kernel
+
+    config = make_tiny(config_for("grpo"))
+    with config.unlocked():
+        config.rollout.min_prompt_bucket = 96
+        config.rollout.max_new_tokens = 32  # 128 tokens: the kernel's tile
+    searcher = Searcher(workload_of(config, MODEL), v5e_2x2, log=lambda _: None)
+    assert searcher.workload.length % 128 == 0 and searcher.attention_kernel()
+    with attention_kernel(False):
+        assert not searcher.attention_kernel()
+    assert not Searcher(_workload(), v5e_2x2, log=lambda _: None).attention_kernel()  # < 128
