@@ -23,14 +23,9 @@ from jaxrl_llm.runners.hooks import (
     StepRecord,
     default_hooks,
 )
+from jaxrl_llm.runners.lifecycle import TIME_KEYS, is_process_dependent
 from jaxrl_llm.runners.online_async import AsyncRun
-from jaxrl_llm.runners.online_sync import (
-    TIME_KEYS,
-    OnlineRun,
-    is_process_dependent,
-    rollout_seed,
-    train,
-)
+from jaxrl_llm.runners.online_sync import OnlineRun, rollout_seed, train
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.restore import RestoredPolicy, load_run_config, restore_policy
 from jaxrl_llm.runners.stages import run_stage, validate_stage

@@ -7,7 +7,7 @@ import pytest
 
 from jaxrl_llm.config import apply_overrides, config_for, validate_config
 from jaxrl_llm.data.presets import PRESETS, resolve_task, task_names, task_source
-from jaxrl_llm.runners.online_sync import check_resumable
+from jaxrl_llm.runners.lifecycle import check_resumable
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
