@@ -32,7 +32,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from jax.sharding import Mesh
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh
 
 from jaxrl_llm.models import partitioning
 from jaxrl_llm.runners.pipeline_model import simulate_async_groups
@@ -279,7 +280,15 @@ class Searcher:
                 f"{self.topology.name} ({self.topology.num_chips} chips): choose meshes whose "
                 f"sizes multiply to at most {self.topology.num_chips}."
             )
-        return make_mesh(shape, MESH_AXES, devices=self.topology.devices[start : start + count])
+        chips = self.topology.devices[start : start + count]
+        try:
+            return make_mesh(shape, MESH_AXES, devices=chips)
+        except NotImplementedError:
+            # A logical axis that is no product of physical axes (8 x 8 on v5p's 4 x 4 x 4):
+            # split a physical axis between the two, as MaxText allows; such an axis's
+            # collectives then share its links (the cost model prices them by dimensions).
+            grid = mesh_utils.create_device_mesh(shape, chips, allow_split_physical_axes=True)
+            return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(shape))
 
     def report(self, phase: str, shape, devices, rows: int = 0) -> ProgramReport | Exception:
         """The compiled report of a phase on a mesh (cached in memory and on disk; `rows` is

@@ -180,3 +180,15 @@ def test_predictions_follow_the_attention_kernel_the_programs_run(v5e_2x2):
     with attention_kernel(False):
         assert not searcher.attention_kernel()
     assert not Searcher(_workload(), v5e_2x2, log=lambda _: None).attention_kernel()  # < 128
+
+
+def test_a_mesh_axis_across_physical_axes_is_split_not_refused(v5e_2x2):
+    """8 x 8 on v5p-128's 4 x 4 x 4 torus: no logical axis is a product of physical ones, so
+    the planner splits a physical axis (the search used to stop here with NotImplementedError)."""
+    from jaxrl_llm.scale import get_topology
+
+    del v5e_2x2  # only for its libtpu check
+    searcher = Searcher(_workload(), get_topology("v5p-128"), log=lambda _: None)
+    mesh = searcher.mesh((8, 8), (0, 64))
+    assert dict(mesh.shape) == {"data": 8, "model": 8}
+    assert sorted(d.id for d in mesh.devices.flat) == list(range(64))
