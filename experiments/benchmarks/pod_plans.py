@@ -244,7 +244,7 @@ def anchors(args) -> None:
 def kernels(args) -> None:
     """The 8B train step and reference forward with and without the TPU kernels."""
     from jaxrl_llm.config import load_config
-    from jaxrl_llm.models.partitioning import attention_kernel
+    from jaxrl_llm.models.partitioning import layout_kernels
     from jaxrl_llm.scale import (
         CompileCache,
         actor_train_program,
@@ -264,12 +264,11 @@ def kernels(args) -> None:
     print("| phase | attention | log-probs | peak GiB / chip | temp GiB | predicted s / call | "
           "bound | compile s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
-    variants = [(True, "pallas_tpu"), (False, "xla")]
-    for splash, logprobs in variants:
-        config = load_config(POD_CONFIG, {"loss.logprob_implementation": logprobs})
-        workload = workload_of(config)
-        model, w = workload.model, workload
-        with attention_kernel(splash):
+    workload = workload_of(load_config(POD_CONFIG))
+    model, w = workload.model, workload
+    for on in (True, False):
+        splash, logprobs = ("splash", "pallas_tpu") if on else ("XLA", "xla")
+        with layout_kernels(on):
             programs = [actor_train_program(workload, mesh), reference_program(workload, mesh)]
         for program in programs:
             report = analyze(program, cache)
@@ -279,14 +278,14 @@ def kernels(args) -> None:
                 split = costs.split_of(model, rows, *shape, fsdp=True)
                 cost = costs.train_step_cost(model, rows, length, split, remat="full",
                                              logprob_implementation=logprobs,
-                                             attention_kernel=splash)  # fmt: skip
+                                             attention_kernel=on)  # fmt: skip
             else:
                 split = costs.split_of(model, w.sequences, *shape, fsdp=True)
                 cost = costs.forward_cost(model, w.sequences, length, split,
-                                          attention_kernel=splash)  # fmt: skip
+                                          attention_kernel=on)  # fmt: skip
             line = costs.roofline(cost._replace(comm_seconds=report.comm_seconds(chip)), chip)
             oom = f" OOM: {report.out_of_memory[:120]}" if report.out_of_memory else ""
-            print(f"| {program.phase} | {'splash' if splash else 'XLA'} | {logprobs} | "
+            print(f"| {program.phase} | {splash} | {logprobs} | "
                   f"{report.peak_bytes / 2**30:.2f} | {report.temp_bytes / 2**30:.2f} | "
                   f"{line.seconds:.3f} | {line.bound} | {report.compile_seconds:.0f} |{oom}",
                   flush=True)  # fmt: skip

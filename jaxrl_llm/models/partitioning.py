@@ -78,26 +78,28 @@ def use_layout(layout: Layout | None) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-_ATTENTION_KERNEL: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "jaxrl_llm_attention_kernel", default=True
+_LAYOUT_KERNELS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxrl_llm_layout_kernels", default=True
 )
 
 
 @contextlib.contextmanager
-def attention_kernel(enabled: bool) -> Iterator[None]:
-    """Inside the block, programs traced under a TPU layout keep (True, the default) or drop
-    (False) the splash attention kernel: the XLA path then runs, as it does on CPU. For
-    comparing a program's memory and time with and without the kernel (docs/scale.md)."""
-    token = _ATTENTION_KERNEL.set(bool(enabled))
+def layout_kernels(enabled: bool) -> Iterator[None]:
+    """Inside the block, programs traced under a layout keep (True, the default) or drop
+    (False) the kernels the layout's devices would pick: splash attention on TPU layouts and
+    the Pallas log-prob kernel of the mesh's platform (`training.logprobs`); the XLA paths
+    then run, as on CPU. For comparing a program's memory and time with and without the
+    kernels (docs/scale.md)."""
+    token = _LAYOUT_KERNELS.set(bool(enabled))
     try:
         yield
     finally:
-        _ATTENTION_KERNEL.reset(token)
+        _LAYOUT_KERNELS.reset(token)
 
 
-def attention_kernel_enabled() -> bool:
-    """Whether `attention_kernel` leaves the kernel on in this context."""
-    return _ATTENTION_KERNEL.get()
+def layout_kernels_enabled() -> bool:
+    """Whether `layout_kernels` leaves the layout's kernels on in this context."""
+    return _LAYOUT_KERNELS.get()
 
 
 def current_layout() -> Layout | None:
@@ -191,7 +193,7 @@ def kernel_attention(
     layout = current_layout()
     if layout is None or layout.attention != "splash" or not _INDEX_POSITIONS.get():
         return None
-    if not _ATTENTION_KERNEL.get():
+    if not _LAYOUT_KERNELS.get():
         return None
     from kernels.attention import causal_attention, supported
 

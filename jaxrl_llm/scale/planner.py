@@ -492,7 +492,7 @@ class Searcher:
 
         return (
             self.chip.name.startswith("v")
-            and partitioning.attention_kernel_enabled()
+            and partitioning.layout_kernels_enabled()
             and supported(self.workload.length)
         )
 
@@ -501,6 +501,8 @@ class Searcher:
         configured = self.workload.config.loss.get("logprob_implementation", None)
         if configured:
             return configured
+        if not partitioning.layout_kernels_enabled():
+            return "xla"
         return "pallas_tpu" if self.chip.name.startswith("v") else "xla"
 
     def _resident(self, candidate: Candidate, phase: str, state: dict[str, float]) -> float:

@@ -132,7 +132,7 @@ def _key(workload: Workload, phase: str, mesh: Mesh, **extra) -> str:
         mesh=tuple(mesh.shape.items()),
         devices=tuple(d.id for d in mesh.devices.flat),
         kind=mesh.devices.flat[0].device_kind,
-        attention_kernel=partitioning.attention_kernel_enabled(),
+        layout_kernels=partitioning.layout_kernels_enabled(),
         **extra,
     )  # fmt: skip
     return repr(sorted(fields.items()))

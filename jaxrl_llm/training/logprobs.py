@@ -57,7 +57,9 @@ def sequence_logprobs(
     if implementation is None and layout is not None:
         # The kernel of the devices the program is for (a TPU slice compiled from a CPU host
         # gets the Pallas TPU kernel), not of the host's default backend.
-        options["implementation"] = default_implementation(layout.mesh.devices.flat[0].platform)
+        platform = layout.mesh.devices.flat[0].platform
+        kernels_on = partitioning.layout_kernels_enabled()
+        options["implementation"] = default_implementation(platform) if kernels_on else "xla"
     if layout is None:
         logp, entropy = token_logprobs(hidden_btd[:, :-1], unembed_dv, tokens_bt[:, 1:], **options)
     else:  # vocabulary-parallel under the role's mesh (kernels/logprobs/sharded.py)

@@ -10,7 +10,7 @@ from flax import nnx
 
 from jaxrl_llm.models import init_model, tiny_gemma3_config
 from jaxrl_llm.models.layers import grouped_query_attention
-from jaxrl_llm.models.partitioning import attention_kernel, attention_kernel_enabled, use_layout
+from jaxrl_llm.models.partitioning import layout_kernels, layout_kernels_enabled, use_layout
 from jaxrl_llm.sharding import TRAIN_RULES, layout, make_mesh
 from kernels.attention import causal_attention, splash_tpu, supported
 
@@ -83,7 +83,7 @@ def test_inside_the_model_under_a_splash_layout():
 
 
 def test_attention_kernel_off_traces_the_xla_path():
-    """`attention_kernel(False)` under a splash layout: no kernel traced, the same values."""
+    """`layout_kernels(False)` under a splash layout: no kernel traced, the same values."""
     config = tiny_gemma3_config(sliding_window=64, max_position_embeddings=512)
     model = init_model(config)
     tokens = jax.random.randint(jax.random.key(2), (2, 128), 0, config.vocab_size)
@@ -99,8 +99,8 @@ def test_attention_kernel_off_traces_the_xla_path():
 
     want = jax.jit(forward)(state, tokens)
     before = splash_tpu.TRACE_COUNTS["splash"]
-    with use_layout(splash), attention_kernel(False):
+    with use_layout(splash), layout_kernels(False):
         got = jax.jit(forward_without_kernel)(state, tokens)
     assert splash_tpu.TRACE_COUNTS["splash"] == before
-    assert attention_kernel_enabled()  # restored on leaving the block
+    assert layout_kernels_enabled()  # restored on leaving the block
     np.testing.assert_allclose(got, want, atol=1e-5)

@@ -94,3 +94,16 @@ def test_reshard_same_devices_and_split_groups(v5e_2x2, mesh):
     split = reshard_programs(workload, train, gen)
     assert all(p.transfer_bytes > 0 for p in split)
     [analyze(p) for p in split]
+
+
+def test_layout_kernels_off_lowers_without_the_pallas_kernels(mesh):
+    """The train step under a v5e layout lowers the Pallas log-prob kernel (a Mosaic custom
+    call); under `layout_kernels(False)` it lowers none, and the compile key says which."""
+    from jaxrl_llm.models.partitioning import layout_kernels
+
+    with_kernels = actor_train_program(_workload(), mesh)
+    with layout_kernels(False):
+        without = actor_train_program(_workload(), mesh)
+    assert "tpu_custom_call" in with_kernels.lowered.as_text()
+    assert "tpu_custom_call" not in without.lowered.as_text()
+    assert with_kernels.key != without.key

@@ -168,8 +168,8 @@ def test_a_refusal_for_a_partial_slice_is_explained():
 
 def test_predictions_follow_the_attention_kernel_the_programs_run(v5e_2x2):
     """On TPU layouts the train step runs splash attention at lengths it tiles, so the roofline
-    counts no [T, T] score traffic there; `attention_kernel(False)` turns both off."""
-    from jaxrl_llm.models.partitioning import attention_kernel
+    counts no [T, T] score traffic there; `layout_kernels(False)` turns it off."""
+    from jaxrl_llm.models.partitioning import layout_kernels
 
     config = make_tiny(config_for("grpo"))
     with config.unlocked():
@@ -177,8 +177,10 @@ def test_predictions_follow_the_attention_kernel_the_programs_run(v5e_2x2):
         config.rollout.max_new_tokens = 32  # 128 tokens: the kernel's tile
     searcher = Searcher(workload_of(config, MODEL), v5e_2x2, log=lambda _: None)
     assert searcher.workload.length % 128 == 0 and searcher.attention_kernel()
-    with attention_kernel(False):
+    with layout_kernels(False):
         assert not searcher.attention_kernel()
+        assert searcher.logprob_implementation() == "xla"
+    assert searcher.logprob_implementation() == "pallas_tpu"
     assert not Searcher(_workload(), v5e_2x2, log=lambda _: None).attention_kernel()  # < 128
 
 
