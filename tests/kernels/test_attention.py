@@ -57,26 +57,29 @@ def test_lengths_the_kernel_cannot_tile():
         causal_attention(q[:, :96], k[:, :96], v[:, :96], scale=1.0)
 
 
-def test_inside_the_model_under_a_splash_layout():
-    """Gemma 3's local and global layers in the layer scan, on a 1 x 2 mesh, with the TPU path
-    forced into the interpreter: the same hidden states as the XLA path."""
+def _gemma_under_splash(seed: int):
+    """(forward, state, tokens, splash layout): Gemma 3's local and global layers on a 1 x 2
+    mesh, with the TPU layout's kernels forced into the interpreter. `forward()` returns a fresh
+    function each call (its own trace and jit cache)."""
     config = tiny_gemma3_config(sliding_window=64, max_position_embeddings=512)
-    model = init_model(config)
-    tokens = jax.random.randint(jax.random.key(1), (2, 128), 0, config.vocab_size)
+    graphdef, state = nnx.split(init_model(config))
+    tokens = jax.random.randint(jax.random.key(seed), (2, 128), 0, config.vocab_size)
     mesh = make_mesh((1, 2), ("data", "model"), devices=jax.devices()[:2])
     splash = layout(mesh, TRAIN_RULES)._replace(attention="splash", interpret=True)
-    graphdef, state = nnx.split(model)
 
-    def forward(state, tokens):
-        return nnx.merge(graphdef, state).hidden_states(tokens)[0]
+    def forward():
+        return lambda state, tokens: nnx.merge(graphdef, state).hidden_states(tokens)[0]
 
-    def forward_under_layout(state, tokens):  # its own function: its own trace and cache
-        return forward(state, tokens)
+    return forward, state, tokens, splash
 
-    want = jax.jit(forward)(state, tokens)
+
+def test_inside_the_model_under_a_splash_layout():
+    """The layer scan under a splash layout: the same hidden states as the XLA path."""
+    forward, state, tokens, splash = _gemma_under_splash(seed=1)
+    want = jax.jit(forward())(state, tokens)
     before = splash_tpu.TRACE_COUNTS["splash"]
     with use_layout(splash):
-        got = jax.jit(forward_under_layout)(state, tokens)
+        got = jax.jit(forward())(state, tokens)
     # Two kernels (global and local) traced inside the layer scan's body.
     assert splash_tpu.TRACE_COUNTS["splash"] >= before + 2
     np.testing.assert_allclose(got, want, atol=1e-4)
@@ -84,23 +87,11 @@ def test_inside_the_model_under_a_splash_layout():
 
 def test_attention_kernel_off_traces_the_xla_path():
     """`layout_kernels(False)` under a splash layout: no kernel traced, the same values."""
-    config = tiny_gemma3_config(sliding_window=64, max_position_embeddings=512)
-    model = init_model(config)
-    tokens = jax.random.randint(jax.random.key(2), (2, 128), 0, config.vocab_size)
-    mesh = make_mesh((1, 2), ("data", "model"), devices=jax.devices()[:2])
-    splash = layout(mesh, TRAIN_RULES)._replace(attention="splash", interpret=True)
-    graphdef, state = nnx.split(model)
-
-    def forward(state, tokens):
-        return nnx.merge(graphdef, state).hidden_states(tokens)[0]
-
-    def forward_without_kernel(state, tokens):  # its own function: its own trace
-        return forward(state, tokens)
-
-    want = jax.jit(forward)(state, tokens)
+    forward, state, tokens, splash = _gemma_under_splash(seed=2)
+    want = jax.jit(forward())(state, tokens)
     before = splash_tpu.TRACE_COUNTS["splash"]
     with use_layout(splash), layout_kernels(False):
-        got = jax.jit(forward_without_kernel)(state, tokens)
+        got = jax.jit(forward())(state, tokens)
     assert splash_tpu.TRACE_COUNTS["splash"] == before
     assert layout_kernels_enabled()  # restored on leaving the block
     np.testing.assert_allclose(got, want, atol=1e-5)
