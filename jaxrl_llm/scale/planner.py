@@ -32,8 +32,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from jax.experimental import mesh_utils
-from jax.sharding import AxisType, Mesh
+from jax.sharding import Mesh
 
 from jaxrl_llm.models import partitioning
 from jaxrl_llm.runners.pipeline_model import simulate_async_groups
@@ -43,6 +42,7 @@ from jaxrl_llm.scale.chips import Chip
 from jaxrl_llm.scale.topology import Topology
 from jaxrl_llm.scale.workload import Workload
 from jaxrl_llm.sharding import make_mesh
+from kernels.logprobs import default_implementation
 
 MESH_AXES = ("data", "model")
 
@@ -280,15 +280,7 @@ class Searcher:
                 f"{self.topology.name} ({self.topology.num_chips} chips): choose meshes whose "
                 f"sizes multiply to at most {self.topology.num_chips}."
             )
-        chips = self.topology.devices[start : start + count]
-        try:
-            return make_mesh(shape, MESH_AXES, devices=chips)
-        except NotImplementedError:
-            # A logical axis that is no product of physical axes (8 x 8 on v5p's 4 x 4 x 4):
-            # split a physical axis between the two, as MaxText allows; such an axis's
-            # collectives then share its links (the cost model prices them by dimensions).
-            grid = mesh_utils.create_device_mesh(shape, chips, allow_split_physical_axes=True)
-            return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(shape))
+        return make_mesh(shape, MESH_AXES, devices=self.topology.devices[start : start + count])
 
     def report(self, phase: str, shape, devices, rows: int = 0) -> ProgramReport | Exception:
         """The compiled report of a phase on a mesh (cached in memory and on disk; `rows` is
@@ -491,10 +483,14 @@ class Searcher:
         from kernels.attention import supported
 
         return (
-            self.chip.name.startswith("v")
+            self._platform() == "tpu"
             and partitioning.layout_kernels_enabled()
             and supported(self.workload.length)
         )
+
+    def _platform(self) -> str:
+        """The platform of the topology's devices ("tpu"; "cpu" for this machine's)."""
+        return self.topology.devices[0].platform
 
     def logprob_implementation(self) -> str:
         """The log-prob backend the train step runs with on this chip."""
@@ -503,7 +499,7 @@ class Searcher:
             return configured
         if not partitioning.layout_kernels_enabled():
             return "xla"
-        return "pallas_tpu" if self.chip.name.startswith("v") else "xla"
+        return default_implementation(self._platform())  # as `training.logprobs` picks it
 
     def _resident(self, candidate: Candidate, phase: str, state: dict[str, float]) -> float:
         """Bytes other roles keep on the chips of `phase` while it runs."""

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 
 import jax
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 
@@ -25,7 +26,8 @@ def make_mesh(
       shape: the size of each mesh axis; one entry may be -1, meaning "all remaining devices".
       axis_names: one unique name per axis, e.g. ("data", "model").
       devices: the devices to lay out, e.g. `jax.devices()[4:]` for a second, disjoint group.
-        Their order is kept up to `jax.make_mesh`'s topology-aware arrangement.
+        Their order is kept up to `jax.make_mesh`'s topology-aware arrangement; a shape no
+        arrangement fits (8 x 8 on a 4 x 4 x 4 torus) splits a physical axis between two.
 
     Returns:
       A `jax.sharding.Mesh`; enter it with `jax.set_mesh(mesh)` where code needs a current mesh.
@@ -63,6 +65,11 @@ def make_mesh(
             "given or are available; pass devices=jax.devices()[:n] for a sub-mesh, or use -1 "
             "for one axis."
         )
-    return jax.make_mesh(
-        shape, axis_names, axis_types=(AxisType.Auto,) * len(shape), devices=devices
-    )
+    axis_types = (AxisType.Auto,) * len(shape)
+    try:
+        return jax.make_mesh(shape, axis_names, axis_types=axis_types, devices=devices)
+    except NotImplementedError:
+        # A logical axis that is no product of the torus's physical axes (8 x 8 on a TPU
+        # 4 x 4 x 4): split a physical axis between two logical ones, as MaxText allows.
+        grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+        return Mesh(grid, axis_names, axis_types=axis_types)

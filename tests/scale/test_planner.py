@@ -186,7 +186,8 @@ def test_predictions_follow_the_attention_kernel_the_programs_run(v5e_2x2):
 
 def test_a_mesh_axis_across_physical_axes_is_split_not_refused(v5e_2x2):
     """8 x 8 on v5p-128's 4 x 4 x 4 torus: no logical axis is a product of physical ones, so
-    the planner splits a physical axis (the search used to stop here with NotImplementedError)."""
+    `sharding.make_mesh` splits a physical axis (the search used to stop here with
+    NotImplementedError, and a run could not have built the mesh the planner chose)."""
     from jaxrl_llm.scale import get_topology
 
     del v5e_2x2  # only for its libtpu check
