@@ -67,11 +67,16 @@ def base_config() -> ml_collections.ConfigDict:
     # Generator fields replacing the preset's (or the generator's defaults for a task without a
     # preset); on the command line a dict literal: --config.task.kwargs="{'max_value': 60}".
     c.task.kwargs = ml_collections.ConfigDict()
-    # Size of the training pool (cycled in seeded epochs) and its seed offset.
+    # Size of the training pool (cycled in seeded epochs), drawn with config.seed from the train
+    # side of the split below.
     c.task.train_size = 10_000
-    # Held-out evaluation prompts: same generator, another seed.
+    # Held-out evaluation prompts: eval_size distinct questions of the held-out side, drawn with
+    # eval_seed (the same set whatever config.seed).
     c.task.eval_size = 200
     c.task.eval_seed = 1_000_003
+    # The share of every question space held out: a question's side is a hash of its text
+    # (jaxrl_llm.data.split), so no question is both trained on and evaluated.
+    c.task.held_out_fraction = 0.1
     # System message; None keeps the chat template's default.
     c.task.system_prompt = ml_collections.FieldReference(None, field_type=str)
     # Text appended to every question.
@@ -380,15 +385,20 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.rollout.prefix_sharing={config.rollout.prefix_sharing!r} must be one of "
             f"{PREFIX_SHARING_MODES}."
         )
-    from jaxrl_llm.data.presets import resolve_task
+    from jaxrl_llm.data.presets import resolve_task, task_pool
+    from jaxrl_llm.data.split import check_held_out_fraction
     from jaxrl_llm.envs.config import validate_env_section
     from jaxrl_llm.envs.tasks import TASKS_WITH_OWN_DATA
 
     validate_env_section(config)
+    check_held_out_fraction(config.task.held_out_fraction, field="config.task.held_out_fraction")
     if config.env.name not in TASKS_WITH_OWN_DATA:  # else the episode task makes its examples
         resolve_task(config.task.name, config.task.kwargs.to_dict())  # names a bad task or field
+        # a held-out side too small for eval_size stops the run here, before the model loads
+        task_pool(config.task, side="held_out")
     for name in eval_task_names(config):
         resolve_task(name)
+        task_pool(config.task, side="held_out", name=name)  # enough held-out questions
     if config.eval.num_samples < 0 or (config.eval.num_samples and not config.eval.temperature > 0):
         raise ValueError(
             f"config.eval.num_samples={config.eval.num_samples} must be >= 0, and sampling needs "

@@ -2,8 +2,12 @@
 
     python -m jaxrl_llm.launch --config experiments/configs/grpo_tiny.py \\
         --sweep experiments/sweeps/tiny_estimators.py --sweep_dir runs/tiny_estimators \\
-        --parallel 2 [--set train.num_steps=8] [--gin_file F.gin] [--gin_bindings 'X.y = v'] \\
-        [--launcher local|xmanager] [--python PATH] [--dry_run]
+        --parallel 2 [--seeds 0,1,2] [--set train.num_steps=8] [--gin_file F.gin] \\
+        [--gin_bindings 'X.y = v'] [--launcher local|xmanager] [--python PATH] [--dry_run]
+
+`--seeds 0,1,2` runs every trial once per seed (without `--sweep`, the config itself): the runs
+`python -m jaxrl_llm.report` summarises with intervals. On a 2-core machine keep `--parallel 1`;
+an interrupted sweep resumes where it stopped when the same command runs again.
 
 Before anything runs, every trial's config is built and validated (`sweeps.check_trials`), so a
 typo fails the whole sweep at once. Then, under `--sweep_dir`:
@@ -483,7 +487,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--config", required=True, help="experiment config file with get_config()")
     parser.add_argument(
-        "--sweep", required=True, help="sweep file with sweep() -> list of override dicts"
+        "--sweep", default=None, help="sweep file with sweep() -> list of override dicts"
+    )
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="run every trial (or, without --sweep, the config itself) once per seed: 0,1,2",
     )
     parser.add_argument(
         "--sweep_dir", required=True, help="parent directory of the trials' workdirs"
@@ -519,7 +528,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--set {item!r}: expected KEY=VALUE")
         base[key.removeprefix("config.")] = parse_value(value)
     try:
-        trials = sweeps_lib.load_sweep(args.sweep)
+        if args.sweep is None and args.seeds is None:
+            parser.error("give --sweep FILE, --seeds 0,1,2, or both")
+        trials = [{}] if args.sweep is None else sweeps_lib.load_sweep(args.sweep)
+        if args.seeds is not None:
+            trials = sweeps_lib.with_seeds(trials, sweeps_lib.parse_seeds(args.seeds))
         if args.dry_run:
             for t in plan(
                 args.config,

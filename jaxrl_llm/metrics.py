@@ -1,6 +1,8 @@
 """Metrics: one writer for TensorBoard event files (tensorboardX, no TensorFlow) and JSONL.
 
-`metrics.jsonl` has one JSON object per step; `samples.jsonl` holds logged completions.
+`metrics.jsonl` has one JSON object per step; `samples.jsonl` holds logged completions;
+`eval_questions.jsonl` holds each evaluation's per-question correctness (what `jaxrl_llm.report`
+resamples for its intervals).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ def _to_float(value: Any) -> float:
 
 
 log = logging.getLogger(__name__)
+EVAL_QUESTIONS_FILE = "eval_questions.jsonl"
 
 
 class MetricsWriter:
@@ -37,6 +40,7 @@ class MetricsWriter:
         self.workdir = workdir
         self._metrics = self._open_for_append(os.path.join(workdir, "metrics.jsonl"))
         self._samples = self._open_for_append(os.path.join(workdir, "samples.jsonl"))
+        self._questions = self._open_for_append(os.path.join(workdir, EVAL_QUESTIONS_FILE))
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -80,10 +84,20 @@ class MetricsWriter:
             )
             self._tb.add_text("samples", text, int(step))
 
+    def write_eval_questions(self, step: int, correct: Mapping[str, Any]) -> None:
+        """Appends one line per held-out set: `{"step", "set", "correct": [0/1 per question]}`,
+        in the set's question order (the same questions at every step)."""
+        for name, values in correct.items():
+            flags = [int(v) for v in np.asarray(values).reshape(-1)]
+            self._questions.write(json.dumps({"step": int(step), "set": name, "correct": flags}))
+            self._questions.write("\n")
+        self._questions.flush()
+
     def close(self) -> None:
         """Flushes and closes all files."""
         self._metrics.close()
         self._samples.close()
+        self._questions.close()
         if self._tb is not None:
             self._tb.close()
 
@@ -104,3 +118,23 @@ def read_metrics(workdir: str) -> list[dict[str, float]]:
                 raise
             log.warning("%s: skipping a torn last line (a crash mid-write)", path)
     return rows
+
+
+def read_eval_questions(workdir: str) -> dict[tuple[int, str], np.ndarray]:
+    """{(step, set name): per-question correctness (0/1)} of `workdir/eval_questions.jsonl`;
+    a step evaluated twice (a resumed run) keeps its last line."""
+    path = os.path.join(workdir, EVAL_QUESTIONS_FILE)
+    result: dict[tuple[int, str], np.ndarray] = {}
+    if not os.path.exists(path):
+        return result
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("%s: skipping a torn line", path)
+                continue
+            result[(int(row["step"]), row["set"])] = np.asarray(row["correct"], np.int8)
+    return result

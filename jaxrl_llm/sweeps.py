@@ -71,6 +71,48 @@ def concat(*sweeps: Sequence[Trial]) -> list[Trial]:
     return [dict(trial) for sweep in sweeps for trial in sweep]
 
 
+def with_seeds(trials: Sequence[Trial], seeds: Sequence[int]) -> list[Trial]:
+    """Every trial once per seed, the seed varying fastest (a config's seeds finish together,
+    so `jaxrl_llm.report` can summarise each group as soon as its last seed ends).
+
+    Raises:
+      ValueError: no seeds, or a trial that sets `seed` itself.
+
+    Example:
+      >>> with_seeds([{"task.name": "gcd"}], [0, 1])
+      [{'task.name': 'gcd', 'seed': 0}, {'task.name': 'gcd', 'seed': 1}]
+    """
+    if not seeds:
+        raise ValueError(
+            "with_seeds: the seed list is empty; give at least one, e.g. --seeds 0,1,2 (a "
+            "learning figure needs at least 3)."
+        )
+    return product(trials, axis("seed", list(seeds)))
+
+
+def parse_seeds(text: str) -> list[int]:
+    """The seeds of a command-line list "0,1,2" (or a range "0-4"), in order, without repeats.
+
+    Raises:
+      ValueError naming the bad item and the expected form.
+    """
+    seeds: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        low, dash, high = item.partition("-")
+        try:
+            values = range(int(low), int(high) + 1) if dash else [int(item)]
+        except ValueError:
+            raise ValueError(
+                f"--seeds {text!r}: {item!r} is not an integer or a range like 0-4."
+            ) from None
+        seeds.extend(v for v in values if v not in seeds)
+    if not seeds:
+        raise ValueError(f"--seeds {text!r} names no seed; give e.g. --seeds 0,1,2.")
+    return seeds
+
+
 def split(trial: Mapping[str, Any]) -> tuple[Trial, list[str]]:
     """(config overrides, gin binding strings) of one trial (`gin/` keys become bindings)."""
     overrides = {k: v for k, v in trial.items() if not k.startswith(GIN_PREFIX)}

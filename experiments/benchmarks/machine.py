@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from jaxrl_llm.host import cpu_description  # noqa: F401  (re-exported for the benchmarks)
+
 
 def best_seconds(fn, *args, repeats: int) -> float:
     """Best wall time of `fn(*args)` over `repeats` runs after one warm-up (compile) call.
@@ -78,32 +80,6 @@ def run_for_result(cmd: list[str], marker: str, label: str) -> dict | None:
         print(f"# {label} failed (rc {out.returncode}): {out.stderr[-2000:]}", flush=True)
         return None
     return json.loads(lines[-1][len(prefix) :])
-
-
-def cpu_description() -> str:
-    """This machine's CPU for benchmark headers: model name, widest vector ISA and cores, e.g.
-    "AMD EPYC (AVX2, 2 cores)". Figures from different CPUs are not comparable (RESULTS.md)."""
-    model, flags = "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown CPU":
-                    model = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        import platform
-
-        model = platform.processor() or model
-    isa = (
-        "AMX"
-        if "amx_tile" in flags
-        else "AVX-512"
-        if "avx512f" in flags
-        else ("AVX2" if "avx2" in flags else "no AVX2")
-    )
-    return f"{model} ({isa}, {os.cpu_count()} cores)"
 
 
 def benchmark_header(what: str) -> str:

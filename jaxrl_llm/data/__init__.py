@@ -5,7 +5,7 @@ source's own scorer to an extracted answer.
 
 Example:
   >>> from jaxrl_llm import data
-  >>> source = data.task_source("gcd", seed=0, size=1000)  # a preset: gcd of numbers up to 30
+  >>> source = data.task_source("gcd", seed=0, size=1000, split="train")  # numbers up to 60
   >>> batcher = data.PromptBatcher(source, batch_size=8, seed=0)
   >>> prompts = [data.render_prompt(tokenizer, ex.question) for ex in next(batcher)]
 """
@@ -13,7 +13,7 @@ Example:
 from jaxrl_llm.data.batcher import PromptBatcher, PromptSource
 from jaxrl_llm.data.example import Example, Scorer
 from jaxrl_llm.data.jsonl import JsonlRecord, JsonlSource, final_answer, read_prompt_jsonl
-from jaxrl_llm.data.presets import TaskPreset, resolve_task, task_names, task_source
+from jaxrl_llm.data.presets import TaskPreset, resolve_task, task_names, task_pool, task_source
 from jaxrl_llm.data.prompts import ChatTemplate, render_prompt
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, reasoning_gym_tasks
 from jaxrl_llm.data.scoring import (
@@ -23,10 +23,19 @@ from jaxrl_llm.data.scoring import (
     parse_math,
     verify_parsed,
 )
+from jaxrl_llm.data.split import (
+    DEFAULT_HELD_OUT_FRACTION,
+    SideIndex,
+    distinct_questions,
+    normalize_question,
+    partition,
+    side_of,
+)
 from jaxrl_llm.data.tfds_source import JsonlPromptBuilder, TfdsSource
 
 __all__ = [
     "ChatTemplate",
+    "DEFAULT_HELD_OUT_FRACTION",
     "Example",
     "JsonlPromptBuilder",
     "JsonlRecord",
@@ -35,18 +44,24 @@ __all__ = [
     "PromptSource",
     "ReasoningGymSource",
     "Scorer",
+    "SideIndex",
     "TaskPreset",
     "TfdsSource",
+    "distinct_questions",
     "final_answer",
     "math_answer_score",
     "math_equal",
     "normalize_number",
+    "normalize_question",
     "parse_math",
+    "partition",
     "read_prompt_jsonl",
     "reasoning_gym_tasks",
     "render_prompt",
     "resolve_task",
+    "side_of",
     "task_names",
+    "task_pool",
     "task_source",
     "verify_parsed",
 ]

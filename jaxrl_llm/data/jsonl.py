@@ -8,13 +8,26 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from jaxrl_llm.data import scoring
 from jaxrl_llm.data.example import Example
+from jaxrl_llm.data.split import (
+    DEFAULT_HELD_OUT_FRACTION,
+    check_side,
+    duplicate_questions,
+    partition,
+)
 
-__all__ = ["JsonlRecord", "JsonlSource", "final_answer", "json_objects", "read_prompt_jsonl"]
+__all__ = [
+    "JsonlRecord",
+    "JsonlSource",
+    "check_no_duplicates",
+    "final_answer",
+    "json_objects",
+    "read_prompt_jsonl",
+]
 
 
 def final_answer(answer_field: str) -> str:
@@ -119,6 +132,22 @@ def read_prompt_jsonl(
     return records
 
 
+def check_no_duplicates(path: str, questions: Sequence[str], line_numbers: Sequence[int]) -> None:
+    """Raises a ValueError naming the first repeated question's lines in `path`, if any.
+
+    A question that appears twice would count twice in an accuracy, and two copies that differ
+    only in case or spacing hash to the same side anyway; keep one line of each.
+    """
+    repeats = duplicate_questions(questions)
+    if repeats:
+        first, again = repeats[0]
+        raise ValueError(
+            f"{path}: line {line_numbers[again]} repeats the question of line "
+            f"{line_numbers[first]} ({len(repeats)} repeated question(s) in all, compared after "
+            "normalising case and spaces); keep one line per question."
+        )
+
+
 class JsonlSource:
     """A prompt source over a local JSONL file in GSM8K format, read once into memory.
 
@@ -130,6 +159,13 @@ class JsonlSource:
       question_key: field holding the question.
       answer_key: field holding the answer (GSM8K: reasoning, then "#### <answer>").
       name: the examples' `source`; defaults to the file name without extension.
+      split: None keeps every line; "train" or "held_out" keeps the lines whose question lies
+        on that side of the hash split (`jaxrl_llm.data.split.side_of`), in file order.
+      held_out_fraction: the split's held-out share.
+
+    Raises:
+      ValueError: a question that repeats an earlier line's (both line numbers and the fix), or
+        a side of the split with no question; see also `read_prompt_jsonl`.
 
     Example:
       >>> source = JsonlSource("gsm8k_test.jsonl")
@@ -145,12 +181,29 @@ class JsonlSource:
         question_key: str = "question",
         answer_key: str = "answer",
         name: str | None = None,
+        split: str | None = None,
+        held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
     ):
         self.path = os.fspath(path)
         self.name = name or os.path.splitext(os.path.basename(self.path))[0]
-        self._records = read_prompt_jsonl(
-            self.path, question_key=question_key, answer_key=answer_key
+        self.split = split
+        records = read_prompt_jsonl(self.path, question_key=question_key, answer_key=answer_key)
+        check_no_duplicates(
+            self.path, [r.question for r in records], [r.line_number for r in records]
         )
+        if split is not None:
+            check_side(split, field="JsonlSource split")
+            train, held_out = partition(
+                records, lambda r: r.question, held_out_fraction=held_out_fraction
+            )
+            records = train if split == "train" else held_out
+            if not records:
+                raise ValueError(
+                    f"{self.path}: no question of its {len(train) + len(held_out)} lies on the "
+                    f"{split} side of the hash split ({100 * held_out_fraction:g}% held out). Add "
+                    "examples, or change held_out_fraction (config.task.held_out_fraction)."
+                )
+        self._records = records
 
     def __len__(self) -> int:
         return len(self._records)
@@ -175,4 +228,5 @@ class JsonlSource:
         return (self[i] for i in range(len(self)))
 
     def __repr__(self) -> str:
-        return f"JsonlSource({self.path!r}, name={self.name!r})"
+        split = "" if self.split is None else f", split={self.split!r}"
+        return f"JsonlSource({self.path!r}, name={self.name!r}{split})"

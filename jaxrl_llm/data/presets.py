@@ -3,7 +3,10 @@
 reasoning-gym's generators default to problems far beyond a 135M model (gcd of numbers up to 1000,
 products of five-digit numbers). A preset picks a size where a small instruction-tuned model
 starts between a few and about sixty percent, so RL has something to learn, and spares the user
-each generator's keyword names:
+each generator's keyword names. Each preset's question space holds at least 2,000 questions, so
+its held-out side (10% by hash, `jaxrl_llm.data.split`) gives 200 distinct held-out questions
+(gcd up to 60: 346 of 3,600; lcm up to 50: 240 of 2,500; count_bits below 4096: 381 of 4,095;
+the earlier gcd up to 30, lcm up to 12 and count_bits below 32 held 900, 144 and 31 in all):
 
     --config.task.name=gcd                                  # the "gcd" preset
     --config.task.name=gcd --config.task.kwargs="{'max_value': 60}"   # the preset, one field changed
@@ -24,8 +27,9 @@ from typing import Any
 from reasoning_gym.factory import DATASETS
 
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, close_matches, task_fields
+from jaxrl_llm.data.split import DEFAULT_HELD_OUT_FRACTION
 
-__all__ = ["PRESETS", "TaskPreset", "resolve_task", "task_names", "task_source"]
+__all__ = ["PRESETS", "TaskPreset", "resolve_task", "task_names", "task_pool", "task_source"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +56,13 @@ PRESETS: Mapping[str, TaskPreset] = MappingProxyType(
         ),
         "gcd": TaskPreset(
             "gcd",
-            dict(min_numbers=2, max_numbers=2, min_value=1, max_value=30),
-            "greatest common divisor of two numbers up to 30",
+            dict(min_numbers=2, max_numbers=2, min_value=1, max_value=60),
+            "greatest common divisor of two numbers up to 60",
         ),
         "lcm": TaskPreset(
             "lcm",
-            dict(min_numbers=2, max_numbers=2, min_value=1, max_value=12),
-            "least common multiple of two numbers up to 12",
+            dict(min_numbers=2, max_numbers=2, min_value=1, max_value=50),
+            "least common multiple of two numbers up to 50",
         ),
         "products": TaskPreset(
             "products",
@@ -109,8 +113,8 @@ PRESETS: Mapping[str, TaskPreset] = MappingProxyType(
         ),
         "count_bits": TaskPreset(
             "count_bits",
-            dict(min_n=1, max_n=31),
-            "1 bits in a number below 32",
+            dict(min_n=1, max_n=4095),
+            "1 bits in a number below 4096",
         ),
     }
 )
@@ -165,12 +169,73 @@ def resolve_task(name: str, overrides: Mapping[str, Any] | None = None) -> tuple
 
 
 def task_source(
-    name: str, *, seed: int, size: int, overrides: Mapping[str, Any] | None = None
+    name: str,
+    *,
+    seed: int,
+    size: int,
+    overrides: Mapping[str, Any] | None = None,
+    split: str | None = None,
+    held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+    size_field: str = "size",
 ) -> ReasoningGymSource:
     """A `ReasoningGymSource` of `size` examples of preset or task `name` (see `resolve_task`).
 
+    Args:
+      name, overrides: as in `resolve_task`.
+      seed, size: the generator's seed and the examples wanted.
+      split: None (every generated question), "train" or "held_out" (only that side of the hash
+        split, distinct questions on the held-out side; `jaxrl_llm.data.split`).
+      held_out_fraction: the split's held-out share.
+      size_field: the config field named when the side is too small (e.g. "config.task.eval_size").
+
     Example:
-      >>> task_source("gcd", seed=0, size=100)   # gcd of two numbers up to 30
+      >>> task_source("gcd", seed=0, size=100, split="train")   # gcd of two numbers up to 60
     """
     task, kwargs = resolve_task(name, overrides)
-    return ReasoningGymSource(task, seed=seed, size=size, **kwargs)
+    return ReasoningGymSource(
+        task,
+        seed=seed,
+        size=size,
+        split=split,
+        held_out_fraction=held_out_fraction,
+        size_field=size_field,
+        **kwargs,
+    )
+
+
+def task_pool(task_section: Any, *, side: str, seed: int | None = None, name: str | None = None):
+    """One side of a run's task: its training pool or its held-out set (`config.task`).
+
+    Args:
+      task_section: a run config's `task` section (name, kwargs, train_size, eval_size,
+        eval_seed, held_out_fraction).
+      side: "train": `train_size` questions of the train side, drawn with `seed`; "held_out":
+        `eval_size` distinct questions of the held-out side, drawn with `eval_seed` (the same
+        set whatever the run's seed).
+      seed: the training pool's seed (the run's `config.seed`); unused for "held_out".
+      name: another task than `task_section.name` (it then runs with its preset's fields).
+
+    Returns:
+      A `ReasoningGymSource` on that side of the hash split (`jaxrl_llm.data.split`).
+
+    Raises:
+      ValueError: the side holds too few questions (names `config.task.eval_size` or
+        `config.task.train_size`, how many exist and what to change).
+
+    Example:
+      >>> pool = task_pool(config.task, side="train", seed=config.seed)
+      >>> held_out = task_pool(config.task, side="held_out")
+    """
+    own = name is None or name == task_section.name
+    kwargs = task_section.kwargs
+    overrides = (kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs)) if own else None
+    held_out = side == "held_out"
+    return task_source(
+        task_section.name if name is None else name,
+        seed=task_section.eval_seed if held_out else seed,
+        size=task_section.eval_size if held_out else task_section.train_size,
+        overrides=overrides,
+        split=side,
+        held_out_fraction=task_section.get("held_out_fraction", DEFAULT_HELD_OUT_FRACTION),
+        size_field=f"config.task.{'eval_size' if held_out else 'train_size'}",
+    )

@@ -1,8 +1,10 @@
 """Prompts from reasoning-gym's procedural generators: offline, seeded, scored by the task itself.
 
 reasoning-gym (0.1.25 has 106 tasks) builds entry `i` of a dataset from `Random(seed + i)`, so
-`ReasoningGymSource(task, seed=s, size=n)[i]` is the same on every machine and every run; a held-out
-set is the same task with another seed.
+`ReasoningGymSource(task, seed=s, size=n)[i]` is the same on every machine and every run. With
+`split="train"` or `split="held_out"` the source keeps only the questions on that side of the
+hash split (`jaxrl_llm.data.split`), so a training pool and a held-out set never share a
+question whatever their seeds and sizes; held-out sets also hold distinct questions.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from jaxrl_llm.data.example import Example
+from jaxrl_llm.data.split import DEFAULT_HELD_OUT_FRACTION, SideIndex
 
 __all__ = ["ReasoningGymSource", "reasoning_gym_tasks"]
 
@@ -49,12 +52,19 @@ class ReasoningGymSource:
       task: reasoning-gym task name, e.g. "chain_sum", "basic_arithmetic", "gsm_symbolic".
       seed: generator seed; the same (task, seed, kwargs) always gives the same examples.
       size: number of examples.
+      split: None keeps every generated entry; "train" or "held_out" keeps only the entries
+        whose question lies on that side of the hash split (`jaxrl_llm.data.split.side_of`),
+        in generation order: entry i is then the i-th such entry of the generator's stream.
+      held_out_fraction: the split's held-out share, in (0, 1).
+      distinct: skip entries whose question was already kept (default: True for "held_out").
+      size_field: the config field that set `size`, named in errors.
       **task_kwargs: fields of the task's config dataclass, e.g. for chain_sum `min_terms`,
         `max_terms`, `min_digits`, `max_digits`, `allow_negation`.
 
     Raises:
       ValueError: unknown task (the message lists close names), unknown config field (names it and
-        lists the accepted ones), or a config the task rejects.
+        lists the accepted ones), a config the task rejects, or a side of the split too small
+        for `size` (distinct) questions (the message says how many exist and what to change).
 
     Example:
       >>> source = ReasoningGymSource("chain_sum", seed=1, size=5, max_terms=3, max_digits=1)
@@ -65,14 +75,25 @@ class ReasoningGymSource:
       ('3', 1.0, 0.0)
     """
 
-    def __init__(self, task: str, *, seed: int, size: int, **task_kwargs: Any):
+    def __init__(
+        self,
+        task: str,
+        *,
+        seed: int,
+        size: int,
+        split: str | None = None,
+        held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+        distinct: bool | None = None,
+        size_field: str = "size",
+        **task_kwargs: Any,
+    ):
         if task not in DATASETS:
             raise ValueError(
                 f"Unknown reasoning-gym task {task!r}.{close_matches(task, DATASETS)} "
                 f"{len(DATASETS)} tasks are installed; see `reasoning_gym_tasks()`."
             )
         if size <= 0:
-            raise ValueError(f"ReasoningGymSource: size={size} must be positive.")
+            raise ValueError(f"ReasoningGymSource: {size_field}={size} must be positive.")
         config_cls = DATASETS[task][1]
         fields = task_fields(task)
         for key in task_kwargs:
@@ -81,8 +102,23 @@ class ReasoningGymSource:
                     f"reasoning-gym task {task!r} has no config field {key!r}.{close_matches(key, fields)} "
                     f"Accepted fields of {config_cls.__name__}: {', '.join(sorted(fields))}."
                 )
+        self.split, self._side = split, None
+        candidates = size
+        if split is not None:
+            self._side = SideIndex(
+                lambda i: self._dataset[i]["question"],
+                side=split,
+                size=size,
+                held_out_fraction=held_out_fraction,
+                distinct=split == "held_out" if distinct is None else distinct,
+                describe=f"reasoning-gym task {task!r} {task_kwargs}",
+                size_field=size_field,
+            )
+            candidates = self._side.max_candidates
         try:
-            self._dataset = reasoning_gym.create_dataset(task, seed=seed, size=size, **task_kwargs)
+            self._dataset = reasoning_gym.create_dataset(
+                task, seed=seed, size=candidates, **task_kwargs
+            )
         except (AssertionError, ValueError, TypeError) as e:
             raise ValueError(
                 f"reasoning-gym rejected the config of task {task!r} "
@@ -90,6 +126,10 @@ class ReasoningGymSource:
             ) from e
         self.task, self.seed, self.size = task, seed, size
         self.task_kwargs = dict(task_kwargs)
+        if self._side is not None and self._side.distinct:
+            self._side.resolve_all()  # fail now, not mid-run: a distinct set is found whole
+        elif self._side is not None:
+            self._side[0]  # a side with no question at all fails now too
 
     def __len__(self) -> int:
         return self.size
@@ -99,7 +139,7 @@ class ReasoningGymSource:
         if not -self.size <= index < self.size:
             raise IndexError(f"index {index} out of range for {self!r} of size {self.size}")
         index %= self.size
-        entry = self._dataset[index]
+        entry = self._dataset[index if self._side is None else self._side[index]]
         return Example(
             question=entry["question"],
             answer=str(entry["answer"]),
@@ -117,4 +157,7 @@ class ReasoningGymSource:
 
     def __repr__(self) -> str:
         kwargs = "".join(f", {k}={v!r}" for k, v in self.task_kwargs.items())
-        return f"ReasoningGymSource({self.task!r}, seed={self.seed}, size={self.size}{kwargs})"
+        split = "" if self.split is None else f", split={self.split!r}"
+        return (
+            f"ReasoningGymSource({self.task!r}, seed={self.seed}, size={self.size}{split}{kwargs})"
+        )

@@ -24,6 +24,8 @@ from tensorflow_datasets.core.utils import tqdm_utils
 
 from jaxrl_llm.data import jsonl
 from jaxrl_llm.data.example import Example
+from jaxrl_llm.data.jsonl import check_no_duplicates
+from jaxrl_llm.data.split import DEFAULT_HELD_OUT_FRACTION, SIDES, check_side, partition
 
 __all__ = ["JsonlPromptBuilder", "TfdsSource"]
 
@@ -155,6 +157,7 @@ class TfdsSource:
       data_dir: tfds data directory.
       question_key, answer_key: JSON fields to read.
       name: the examples' `source`; defaults to the file name without extension.
+      split, held_out_fraction: as in `JsonlSource`: one side of the hash split, or every line.
 
     Example:
       >>> source = TfdsSource("gsm8k_test.jsonl", data_dir="/tmp/tfds")
@@ -170,6 +173,8 @@ class TfdsSource:
         question_key: str = "question",
         answer_key: str = "answer",
         name: str | None = None,
+        split: str | None = None,
+        held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
     ):
         self.path = os.fspath(path)
         self.name = name or os.path.splitext(os.path.basename(self.path))[0]
@@ -182,20 +187,37 @@ class TfdsSource:
                 download_config=tfds.download.DownloadConfig(try_download_gcs=False),
             )
         self._data = self.builder.as_data_source(split=_SPLIT)
+        self.split = split
+        self._rows = list(range(len(self._data)))
+        questions = [_text(self._data[i]["question"]) for i in self._rows]
+        check_no_duplicates(self.path, questions, [i + 1 for i in self._rows])
+        if split is not None:
+            check_side(split, field="TfdsSource split")
+            sides = partition(
+                self._rows, questions.__getitem__, held_out_fraction=held_out_fraction
+            )
+            self._rows = sides[SIDES.index(split)]
+            if not self._rows:
+                raise ValueError(
+                    f"{self.path}: no question of its {len(questions)} lies on the {split} side "
+                    f"of the hash split ({100 * held_out_fraction:g}% held out). Add examples, "
+                    "or change held_out_fraction (config.task.held_out_fraction)."
+                )
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._rows)
 
     def __getitem__(self, index: int) -> Example:
         """The example at `index` (negative indices count from the end)."""
-        n = len(self._data)
+        n = len(self._rows)
         if not -n <= index < n:
             raise IndexError(f"index {index} out of range for {self!r} of size {n}")
         index %= n
-        record = self._data[index]
-        if int(record["index"]) != index:
+        row = self._rows[index]
+        record = self._data[row]
+        if int(record["index"]) != row:
             raise RuntimeError(
-                f"{self!r}: record {index} holds example {int(record['index'])}; the prepared "
+                f"{self!r}: record {row} holds example {int(record['index'])}; the prepared "
                 f"data in {self.builder.data_dir} is out of order. Delete it to rebuild."
             )
         return Example(
@@ -211,4 +233,5 @@ class TfdsSource:
         return (self[i] for i in range(len(self)))
 
     def __repr__(self) -> str:
-        return f"TfdsSource({self.path!r}, name={self.name!r})"
+        split = "" if self.split is None else f", split={self.split!r}"
+        return f"TfdsSource({self.path!r}, name={self.name!r}{split})"

@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 
 from jaxrl_llm.data import Example
-from jaxrl_llm.data.presets import task_source
+from jaxrl_llm.data.presets import task_pool
 from jaxrl_llm.envs.base import Environment
 from jaxrl_llm.envs.calculator import calculator_tool, evaluate_expression, format_result
 from jaxrl_llm.envs.episodes import EpisodeBatch
@@ -102,8 +102,12 @@ def calculator_task(config: ml_collections.ConfigDict) -> EpisodeTask:
         system = tools_system_prompt(tools, preamble=CALCULATOR_PROMPT.format(example="12 * 34"))
 
     def examples(split: str, seed: int, size: int) -> list[Example]:
-        overrides = config.task.kwargs.to_dict()
-        return list(task_source(config.task.name, seed=seed, size=size, overrides=overrides))
+        # the hash split of jaxrl_llm.data.split: "test" examples are distinct held-out questions
+        side = "held_out" if split == "test" else "train"
+        task = config.task.copy_and_resolve_references()
+        with task.unlocked():
+            task.eval_size, task.eval_seed, task.train_size = size, seed, size
+        return list(task_pool(task, side=side, seed=seed))
 
     def make_env() -> Environment:
         return ToolEnv(

@@ -11,7 +11,14 @@ from jaxrl_llm.evals.adversarial import (
     search_attacks,
 )
 from jaxrl_llm.evals.estimators import maj_at_k, majority_answer, pass_at_k
-from jaxrl_llm.evals.suite import Decoded, EvalSet, EvalSettings, Evaluator, markdown_table
+from jaxrl_llm.evals.suite import (
+    Decoded,
+    EvalSet,
+    EvalSettings,
+    Evaluator,
+    describe_held_out,
+    markdown_table,
+)
 
 __all__ = [
     "TEMPLATES",
@@ -22,6 +29,7 @@ __all__ = [
     "Evaluator",
     "adversarial_problems",
     "attacked_examples",
+    "describe_held_out",
     "maj_at_k",
     "majority_answer",
     "markdown_table",

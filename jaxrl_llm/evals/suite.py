@@ -16,6 +16,7 @@ n sampled completions per prompt (at `temperature`, each row its own key). Metri
     pass@k, maj@k       for each k in `ks` up to n (`jaxrl_llm.evals.estimators`)
     sample_length, sample_truncated   as above, over the samples
     prompts             number of prompts
+    distinct_prompts    number of different questions among them (case and spaces normalised)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxrl_llm.data import Example
+from jaxrl_llm.data.split import distinct_questions
 from jaxrl_llm.evals.estimators import maj_at_k, pass_at_k
 from jaxrl_llm.rewards import RewardRunner, extract_answer
 from jaxrl_llm.rollout.chat import (
@@ -47,6 +49,24 @@ class EvalSet(NamedTuple):
 
     name: str
     examples: Sequence[Example]
+
+
+def describe_held_out(eval_sets, held_out_fraction: float) -> dict[str, dict[str, float]]:
+    """{set: {"questions": n, "distinct": d}} of a run's held-out sets, each printed in one line
+    (a run keeps the dict in its summary.json)."""
+    described = {}
+    for eval_set in eval_sets:
+        questions = [e.question for e in eval_set.examples]
+        described[eval_set.name] = {
+            "questions": len(questions),
+            "distinct": distinct_questions(questions),
+        }
+        print(
+            f"[jaxrl_llm] held-out set {eval_set.name}: {len(questions)} questions, "
+            f"{described[eval_set.name]['distinct']} distinct, from the "
+            f"{100 * held_out_fraction:g}% of questions no training pool draws (by hash)"
+        )
+    return described
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,11 +128,16 @@ class Evaluator:
       tokenizer: its tokenizer (chat template, end-of-turn ids).
       rewards: a `RewardRunner` with a "task" function (accuracy is its score == 1).
       settings: `EvalSettings`.
+
+    Attributes:
+      correct: {set name: bool [N]} whether each greedy answer of the set's last evaluation was
+        right, in the set's order (what a report resamples for intervals over questions).
     """
 
     def __init__(self, model, tokenizer, rewards: RewardRunner, settings: EvalSettings):
         self.model, self.tokenizer, self.rewards = model, tokenizer, rewards
         self.settings = settings
+        self.correct: dict[str, np.ndarray] = {}
         self.greedy = self._generator(temperature=0.0)
         self.sampler = self._generator(settings.temperature) if settings.num_samples else None
 
@@ -141,12 +166,14 @@ class Evaluator:
         if not examples:
             raise ValueError(f"Evaluator: the set {eval_set.name!r} has no examples.")
         greedy = self.decode(examples, params=params)
+        self.correct[eval_set.name] = greedy.scores == 1.0
         result = {
             "accuracy": float(np.mean(greedy.scores == 1.0)),
             "score": float(np.mean(greedy.scores)),
             "completion_length": float(np.mean(greedy.lengths)),
             "truncated": float(np.mean(greedy.truncated)),
             "prompts": float(len(examples)),
+            "distinct_prompts": float(distinct_questions(e.question for e in examples)),
         }
         n = s.num_samples
         if n:
@@ -240,7 +267,7 @@ def markdown_table(
                 cells.append("")
             elif _is_percent(column):
                 cells.append(f"{100 * value:.1f}%")
-            elif column == "prompts":
+            elif column in ("prompts", "distinct_prompts"):
                 cells.append(f"{value:.0f}")
             else:
                 cells.append(f"{value:.1f}")

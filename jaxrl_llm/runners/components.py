@@ -17,7 +17,7 @@ from jaxrl_llm.constraints import JudgeMixture
 from jaxrl_llm.constraints.config import build_judges, judge_names
 from jaxrl_llm.constraints.llm_judge import LLMJudge
 from jaxrl_llm.data import PromptBatcher, ReasoningGymSource
-from jaxrl_llm.data.presets import task_source
+from jaxrl_llm.data.presets import task_pool
 from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretrained, init_model
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
@@ -132,15 +132,12 @@ def build_parts(config: ml_collections.ConfigDict) -> RunParts:
     """Loads the model and builds data, rewards and optimizer from a validated config."""
     model, tokenizer = load_policy(config)
     model = with_lora(model, config)
-    task, overrides = config.task.name, config.task.kwargs.to_dict()
     if config.env.name:  # multi-turn episodes: the episode task's examples
         from jaxrl_llm.envs.tasks import episode_task
 
         train_source = episode_task(config).examples("train", config.seed, config.task.train_size)
     else:
-        train_source = task_source(
-            task, seed=config.seed, size=config.task.train_size, overrides=overrides
-        )
+        train_source = task_pool(config.task, side="train", seed=config.seed)
     batcher = PromptBatcher(train_source, batch_size=config.rollout.num_prompts, seed=config.seed)
     optimizer = build_optimizer(config.optimizer, total_updates(config))
     return RunParts(model, tokenizer, train_source, batcher, build_rewards(config), optimizer)
@@ -161,18 +158,18 @@ def build_eval_sets(
         `config.eval.tasks` not already listed). The run's own task keeps its generator fields
         (`config.task.kwargs`); other tasks use their presets.
       size: prompts per set (default `config.task.eval_size`).
-      seed: the prompts' seed (default `config.task.eval_seed`, unseen in training).
+      seed: the seed their draw from the held-out side uses (default `config.task.eval_seed`).
+
+    Every set holds distinct questions of the held-out side of the hash split
+    (`jaxrl_llm.data.split`), which no training pool draws from.
     """
     if names is None:
         names = [config.task.name] + [n for n in eval_task_names(config) if n != config.task.name]
-    size = config.task.eval_size if size is None else size
-    seed = config.task.eval_seed if seed is None else seed
-    sets = []
-    for name in names:
-        overrides = config.task.kwargs.to_dict() if name == config.task.name else None
-        source = task_source(name, seed=seed, size=size, overrides=overrides)
-        sets.append(EvalSet(name, list(source)))
-    return sets
+    task = config.task.copy_and_resolve_references()
+    with task.unlocked():
+        task.eval_size = task.eval_size if size is None else size
+        task.eval_seed = task.eval_seed if seed is None else seed
+    return [EvalSet(name, list(task_pool(task, side="held_out", name=name))) for name in names]
 
 
 class Roles(NamedTuple):

@@ -140,6 +140,8 @@ class EvaluationHook(Hook):
         """`result` as "eval/<metric>", its "seconds" as "time/eval_s" (timings live there)."""
         scalars = {"time/eval_s" if k == "seconds" else f"eval/{k}": v for k, v in result.items()}
         run.writer.write_scalars(step, scalars)
+        # per-question correctness of the evaluation just run, when the run keeps it
+        run.writer.write_eval_questions(step, getattr(run, "eval_correct", {}))
 
     def on_start(self, run: RunContext) -> None:
         if self.before and run.meta.get("eval_before") is None:

@@ -32,7 +32,8 @@ from jaxrl_llm.algorithms.base import Algorithm, Experience, References
 from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
 from jaxrl_llm.algorithms.off_policy import OffPolicyConfig
 from jaxrl_llm.config import validate_config
-from jaxrl_llm.evals import EvalSettings, Evaluator
+from jaxrl_llm.evals import EvalSettings, Evaluator, describe_held_out
+from jaxrl_llm.host import host_info
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.rewards import accuracy
@@ -169,6 +170,7 @@ class OnlineRun:
     def init_evaluation(self) -> None:
         """Builds the held-out sets (`eval_sets`, the run's task first) and their evaluator."""
         self.eval_sets = build_eval_sets(self.config)
+        self.eval_correct: dict[str, Any] = {}  # per-question correctness of the last evaluation
         self.evaluator = Evaluator(  # decodes with the rollout's weights, so its graph
             self.roles.rollout.decode_model,
             self.parts.tokenizer,
@@ -197,6 +199,7 @@ class OnlineRun:
         rollout = self.roles.rollout
         rollout.sync(self.roles.actor.params)
         results = self.evaluator(self.eval_sets, params=rollout.params)
+        self.eval_correct = dict(self.evaluator.correct)
         rollout.release()
         result = dict(results.pop(self.config.task.name))
         for name, metrics in results.items():
@@ -531,6 +534,8 @@ def train(
         run_class = EpisodeRun
     roles = build_roles(config, algorithm, parts, devices)
     run = run_class(config, workdir, algorithm, parts, roles)
+    run.summary["host"] = host_info()
+    run.summary["held_out"] = describe_held_out(run.eval_sets, config.task.held_out_fraction)
     if hooks is None:
         hooks = default_hooks(config, workdir, desc=algorithm.name.upper(), progress=progress)
     stop = StopSignal()

@@ -31,7 +31,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.data.jsonl import json_objects
-from jaxrl_llm.data.presets import resolve_task, task_source
+from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.losses.reward_model import step_cross_entropy
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.rewards.process import step_token_ends
@@ -128,9 +128,7 @@ def make_step_labels(config, policy, tokenizer, path: str) -> dict[str, float]:
     """Samples completions and labels their steps by Monte Carlo completion (module docstring);
     writes `path` and returns counts."""
     p, task = config.prm, config.task
-    source = task_source(
-        task.name, seed=config.seed, size=task.train_size, overrides=task.kwargs.to_dict()
-    )
+    source = task_pool(task, side="train", seed=config.seed)
     examples = list(itertools.islice(iter(source), p.num_prompts))
     texts, ids = prompt_ids(
         tokenizer,

@@ -32,7 +32,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
-from jaxrl_llm.data.presets import resolve_task, task_source
+from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.losses.reward_model import bradley_terry
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.roles import place_batch
@@ -98,9 +98,7 @@ def make_pairs(config, policy, tokenizer, path: str, *, section: str = "rm") -> 
     reward-model stage's `rm`, the offline preference stage's `preference`."""
     r, task = config[section], config.task
     start = time.time()
-    source = task_source(
-        task.name, seed=config.seed, size=task.train_size, overrides=task.kwargs.to_dict()
-    )
+    source = task_pool(task, side="train", seed=config.seed)
     examples = list(itertools.islice(iter(source), r.num_prompts))
     texts, completions, scores = sample_groups(
         config,

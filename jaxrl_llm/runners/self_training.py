@@ -39,7 +39,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like
-from jaxrl_llm.data.presets import resolve_task, task_source
+from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.data.sft import SftRecord, read_sft_jsonl
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.models.hf import save_hf
@@ -148,8 +148,7 @@ class SelfTrainingRun:
         self.base_params = None
         if s.method == "rest_em":
             self.base_params = jax.tree.map(jax.numpy.copy, self.learner.params)
-        kwargs = task.kwargs.to_dict()
-        self.pool = task_source(task.name, seed=config.seed, size=task.train_size, overrides=kwargs)
+        self.pool = task_pool(task, side="train", seed=config.seed)
         self._task_metrics = greedy_evaluation(config, self.model, self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.records: list[SftRecord] = []

@@ -29,13 +29,15 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.config import base_config
-from jaxrl_llm.data.presets import resolve_task, task_source
+from jaxrl_llm.data.jsonl import check_no_duplicates
+from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.data.sft import (
     DEFAULT_RESPONSE_TEMPLATE,
     SftRecord,
     read_sft_jsonl,
     records_from_examples,
 )
+from jaxrl_llm.data.split import partition
 from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.roles import place_batch
@@ -63,7 +65,7 @@ def sft_section() -> ml_collections.ConfigDict:
     c.max_length = 256  # tokens per record (prompt + response); rows are this wide
     c.pack = True  # several records per row (fewer, fuller rows)
     c.pack_row_multiple = 4  # packed row counts round up to this (few compiled train steps)
-    c.eval_records = 64  # held-out records for the loss (a .jsonl's last ones)
+    c.eval_records = 64  # held-out records for the loss (at most; the file's held-out side)
     c.eval_every = 0  # steps between held-out loss evaluations (0: before and after only)
     return c
 
@@ -110,25 +112,35 @@ def sft_data(config) -> tuple[list[SftRecord], list[SftRecord], list]:
     """(train records, held-out records, held-out examples with answers or [])."""
     s, task = config.sft, config.task
     if s.data == "task":
-        kwargs = task.kwargs.to_dict()
-        train = task_source(task.name, seed=config.seed, size=task.train_size, overrides=kwargs)
-        held_out = task_source(
-            task.name, seed=task.eval_seed, size=task.eval_size, overrides=kwargs
-        )
-        examples = list(held_out)
+        train = task_pool(task, side="train", seed=config.seed)
+        examples = list(task_pool(task, side="held_out"))
         records = records_from_examples(list(train), s.response_template)
         return records, records_from_examples(examples, s.response_template), examples
+    # A file's records go to a side by the hash of their prompt (jaxrl_llm.data.split), as a
+    # task's questions do; the held-out loss reads at most eval_records of the held-out side.
+    fraction = task.held_out_fraction
     if s.data.startswith("tfds:"):
         path = s.data.removeprefix("tfds:")
         source = TfdsSource(path, data_dir=os.path.join(os.path.dirname(path), "tfds"))
         examples = list(source)
-        records = records_from_examples(examples, s.response_template)
+        pairs = list(
+            zip(records_from_examples(examples, s.response_template), examples, strict=True)
+        )
+        train, held = partition(pairs, lambda pair: pair[1].question, held_out_fraction=fraction)
+        train_records = [record for record, _ in train]
+        held, held_examples = [r for r, _ in held], [e for _, e in held]
     else:
-        examples, records = [], read_sft_jsonl(s.data)
-    held = min(s.eval_records, len(records) // 5)
-    if held < 1:
-        raise ValueError(f"{s.data}: {len(records)} records are too few to hold some out (>= 5).")
-    return records[:-held], records[-held:], examples[-held:]
+        records = read_sft_jsonl(s.data)
+        check_no_duplicates(s.data, [r.prompt for r in records], range(1, len(records) + 1))
+        train_records, held = partition(records, lambda r: r.prompt, held_out_fraction=fraction)
+        held_examples = []
+    if not held or not train_records:
+        raise ValueError(
+            f"config.sft.data={s.data!r}: its {len(train_records) + len(held)} records give "
+            f"{len(train_records)} training and {len(held)} held-out records by prompt hash "
+            f"({100 * fraction:g}% held out); add records or change config.task.held_out_fraction."
+        )
+    return train_records, held[: s.eval_records], held_examples[: s.eval_records]
 
 
 class SftRun:

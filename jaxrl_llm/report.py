@@ -1,0 +1,363 @@
+"""One report for learning runs: held-out accuracy over seeds with 95% intervals, as text,
+Markdown and a PNG of the held-out curves.
+
+    python -m jaxrl_llm.report runs/seeds/main_job [more dirs] [--out docs/reports/main_job]
+    python -m jaxrl_llm.report grpo=runs/a,runs/b,runs/c ppo=runs/d,runs/e,runs/f --out ...
+
+Each argument is a run directory (with `summary.json`), a sweep directory (its finished trials;
+unfinished ones are listed and left out) or `LABEL=DIR[,DIR...]`, one explicit group. Runs from
+bare directories are grouped by their config minus `seed`; an explicit group whose configs differ
+in more than the seed is refused, naming the keys that differ.
+
+Per group: the runs (seeds), held-out greedy accuracy before and after training as mean with a
+95% interval (bootstrap over seeds and questions, `jaxrl_llm.evals.intervals`, from each run's
+`eval_questions.jsonl`), the gain with its interval (paired by seed and question), the best
+evaluation of the mean curve and its step, each seed's drop from its own best to its last
+evaluation, the mean wall time, and the CPU the runs recorded. `--out PREFIX` writes
+`PREFIX.md` (the same table, with the command, date and CPUs) and `PREFIX.png` (mean held-out
+accuracy against step with its 95% band, one line per group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from jaxrl_llm.evals.intervals import Interval, seeds_questions_interval
+from jaxrl_llm.metrics import read_eval_questions, read_metrics
+
+__all__ = ["Group", "Run", "collect_groups", "load_run", "main", "markdown", "summarize"]
+
+IGNORED_KEYS = ("seed",)  # what may differ inside a group
+
+
+class Run(NamedTuple):
+    """One finished run: its flat config, summary and held-out results per evaluated step.
+
+    Attributes:
+      workdir: the run directory.
+      config: the config as dotted keys (`task.name`, ...).
+      summary: its summary.json.
+      curve: {step: held-out accuracy of the run's task}.
+      correct: {step: [Q] 0/1 per held-out question}, where the run kept them.
+    """
+
+    workdir: str
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    curve: dict[int, float]
+    correct: dict[int, np.ndarray]
+
+    @property
+    def seed(self) -> int:
+        """The run's `config.seed`."""
+        return int(self.config.get("seed", 0))
+
+    @property
+    def final_step(self) -> int:
+        """The last trained step (summary.json's `steps`)."""
+        return int(self.summary.get("steps", max(self.curve, default=0)))
+
+
+class Group(NamedTuple):
+    """Runs that differ only in their seed, under one label."""
+
+    label: str
+    runs: list[Run]
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} of a nested dict (lists become tuples, so values compare and hash)."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return flat
+
+
+def load_run(workdir: str) -> Run:
+    """Reads a finished run.
+
+    Raises:
+      FileNotFoundError: no summary.json (the run has not finished) or no config.json, each
+        with the fix.
+    """
+    summary_path = os.path.join(workdir, "summary.json")
+    if not os.path.isfile(summary_path):
+        raise FileNotFoundError(
+            f"report: {workdir} has no summary.json: the run has not finished (or this is not a "
+            "run directory). Finish or resume it (rerun its command or sweep), or leave it out."
+        )
+    config_path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"report: {workdir} has summary.json but no config.json.")
+    with open(summary_path) as f:
+        summary = json.load(f)
+    with open(config_path) as f:
+        config = flatten(json.load(f))
+    task = config.get("task.name")
+    curve = {
+        int(r["step"]): r["eval/accuracy"] for r in read_metrics(workdir) if "eval/accuracy" in r
+    }
+    correct = {step: v for (step, name), v in read_eval_questions(workdir).items() if name == task}
+    return Run(workdir, config, summary, curve, correct)
+
+
+def _run_dirs(path: str) -> tuple[list[str], list[str]]:
+    """(finished run dirs, unfinished run dirs) of a run or sweep directory."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"report: no such directory: {path!r}.")
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return [path], []  # a run: load_run says so if it has not finished
+    children = [os.path.join(path, d) for d in sorted(os.listdir(path))]
+    runs = [d for d in children if os.path.isfile(os.path.join(d, "config.json"))]
+    if not runs:
+        raise FileNotFoundError(
+            f"report: {path} holds no run (no config.json in it or its subdirectories)."
+        )
+    finished = [d for d in runs if os.path.isfile(os.path.join(d, "summary.json"))]
+    return finished, [d for d in runs if d not in finished]
+
+
+def differing_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The dotted keys whose values differ between `configs` (a key missing counts), sorted."""
+    keys = set().union(*configs) - set(IGNORED_KEYS)
+    return sorted(k for k in keys if len({repr(c.get(k, "<missing>")) for c in configs}) > 1)
+
+
+def _check_seeds(label: str, runs: Sequence[Run]) -> None:
+    seen: dict[int, str] = {}
+    for run in runs:
+        if run.seed in seen:
+            raise ValueError(
+                f"report: group {label!r} has seed {run.seed} twice ({seen[run.seed]} and "
+                f"{run.workdir}); keep one run per seed."
+            )
+        seen[run.seed] = run.workdir
+
+
+def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
+    """Groups of the command line's arguments (see the module docstring).
+
+    Raises:
+      ValueError: an explicit group whose configs differ beyond the seed (names the keys), a
+        seed twice in one group; FileNotFoundError: a directory without runs, a named run that
+        has not finished.
+    """
+    explicit: list[Group] = []
+    loose: list[Run] = []
+    for argument in arguments:
+        label, sep, dirs = argument.partition("=")
+        if sep and not os.path.isdir(argument):
+            runs = []
+            for path in filter(None, dirs.split(",")):
+                finished, unfinished = _run_dirs(path)
+                for d in unfinished:
+                    log(f"[report] {d}: unfinished (no summary.json), left out")
+                runs += [load_run(d) for d in finished]
+            if not runs:
+                raise FileNotFoundError(f"report: group {label!r} has no finished run.")
+            keys = differing_keys([r.config for r in runs])
+            if keys:
+                raise ValueError(
+                    f"report: group {label!r} mixes configs that differ in more than the seed: "
+                    f"{', '.join(keys)}. Put runs of one config in a group, or give the "
+                    "directories without a label to group them by config."
+                )
+            explicit.append(Group(label, runs))
+            continue
+        finished, unfinished = _run_dirs(argument)
+        for d in unfinished:
+            log(f"[report] {d}: unfinished (no summary.json), left out")
+        loose += [load_run(d) for d in finished]
+    by_config: dict[str, list[Run]] = {}
+    for run in loose:
+        key = repr(sorted((k, repr(v)) for k, v in run.config.items() if k not in IGNORED_KEYS))
+        by_config.setdefault(key, []).append(run)
+    configs = [runs[0].config for runs in by_config.values()]
+    shown = differing_keys(configs) if len(configs) > 1 else []
+    auto = []
+    for runs in by_config.values():
+        label = ", ".join(f"{k}={runs[0].config.get(k)}" for k in shown)
+        auto.append(Group(label or os.path.basename(os.path.dirname(runs[0].workdir)), runs))
+    groups = explicit + auto
+    for group in groups:
+        _check_seeds(group.label, group.runs)
+    return groups
+
+
+def _table(runs: Sequence[Run], step_of) -> tuple[np.ndarray, bool]:
+    """[S, Q] correctness at each run's `step_of(run)` and whether it is per question (else
+    [S, 1] accuracies: the interval then resamples seeds only)."""
+    tables = [run.correct.get(step_of(run)) for run in runs]
+    if all(t is not None for t in tables) and len({len(t) for t in tables}) == 1:
+        return np.stack(tables).astype(np.float64), True
+    accuracies = [run.curve.get(step_of(run), np.nan) for run in runs]
+    return np.asarray(accuracies, np.float64)[:, None], False
+
+
+def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
+    """The report's row for one group (intervals as `Interval`s, times in minutes)."""
+    runs = sorted(group.runs, key=lambda r: r.seed)
+    before, per_question = _table(runs, lambda r: 0)
+    after, per_question_after = _table(runs, lambda r: r.final_step)
+    per_question = per_question and per_question_after and before.shape == after.shape
+    if not per_question:  # one accuracy per run on both sides: the interval resamples seeds
+        before, after = before.mean(1, keepdims=True), after.mean(1, keepdims=True)
+    gain = after - before
+    steps = sorted(set.intersection(*(set(r.curve) for r in runs)))
+    mean_curve = {s: float(np.mean([r.curve[s] for r in runs])) for s in steps}
+    best_step = max(mean_curve, key=lambda s: (mean_curve[s], -s)) if mean_curve else None
+    drops = [max(r.curve.values()) - r.curve[max(r.curve)] for r in runs if r.curve]
+    hosts = sorted({_host(r.summary) for r in runs})
+    interval = lambda table: seeds_questions_interval(table, num_resamples=num_resamples)  # noqa: E731
+    return {
+        "label": group.label,
+        "seeds": [r.seed for r in runs],
+        "before": interval(before),
+        "after": interval(after),
+        "gain": interval(gain),
+        "seed_gains": [float(g) for g in gain.mean(1)],
+        "per_question": per_question,
+        "questions": before.shape[1] if per_question else None,
+        "best": (mean_curve[best_step], best_step) if best_step is not None else None,
+        "worst_drop": max(drops) if drops else None,
+        "steps": sorted({r.final_step for r in runs}),
+        "wall_min": float(np.mean([r.summary.get("wall_time_s", np.nan) for r in runs])) / 60,
+        "hosts": hosts,
+        "curves": {s: [r.curve[s] for r in runs] for s in steps},
+        "runs": runs,
+    }
+
+
+def _host(summary: Mapping[str, Any]) -> str:
+    host = summary.get("host")
+    if not host:
+        return "CPU not recorded"
+    return f"{host['cpu']} ({host['isa']}, {host['cores']} cores)"
+
+
+def _pct(interval: Interval, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return (
+        f"{100 * interval.mean:{sign}.1f} [{100 * interval.low:{sign}.1f}, "
+        f"{100 * interval.high:{sign}.1f}]"
+    )
+
+
+COLUMNS = (
+    "group", "seeds", "before %", "after %", "gain (points)", "per-seed gains",
+    "best % (step)", "worst drop", "steps", "wall (min)", "CPU",
+)  # fmt: skip
+
+
+def row_cells(row: Mapping[str, Any]) -> list[str]:
+    """A summarized group's cells, in `COLUMNS` order."""
+    best = row["best"]
+    gain = _pct(row["gain"], signed=True) + ("" if row["gain"].excludes_zero() else " (includes 0)")
+    return [
+        row["label"],
+        ",".join(map(str, row["seeds"])),
+        _pct(row["before"]),
+        _pct(row["after"]),
+        gain,
+        " / ".join(f"{100 * g:+.1f}" for g in row["seed_gains"]),
+        "" if best is None else f"{100 * best[0]:.1f} ({best[1]})",
+        "" if row["worst_drop"] is None else f"{100 * row['worst_drop']:.1f}",
+        ",".join(map(str, row["steps"])),
+        f"{row['wall_min']:.1f}",
+        "; ".join(row["hosts"]),
+    ]
+
+
+def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
+    """The report as Markdown: what it shows, then one table row per group."""
+    notes = [
+        f"Generated {datetime.date.today()} by `{command or 'python -m jaxrl_llm.report'}`.",
+        "Held-out greedy accuracy: mean over seeds with its 95% interval, bootstrapped over "
+        "seeds and questions (gain: paired by seed and question); a gain whose interval "
+        "includes 0 is marked. Worst drop: the largest fall of one seed from its best held-out "
+        "evaluation to its last, in points.",
+    ]
+    if any(not r["per_question"] for r in rows):
+        notes.append("Rows without per-question results resample seeds only.")
+    lines = notes + ["", "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[Mapping[str, Any]], path: str, *, num_resamples: int = 1000) -> str:
+    """Writes a PNG of each group's mean held-out accuracy against step with its 95% band."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError(
+            "report: the PNG needs matplotlib; pip install matplotlib (or the dev extra)."
+        ) from e
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    for row in rows:
+        steps = sorted(row["curves"])
+        if not steps:
+            continue
+        runs = row["runs"]
+        bands = []
+        for step in steps:
+            table, _ = _table(runs, lambda r, s=step: s)
+            bands.append(seeds_questions_interval(table, num_resamples=num_resamples))
+        means = [100 * b.mean for b in bands]
+        line = ax.plot(steps, means, marker="o", label=f"{row['label']} ({len(runs)} seeds)")[0]
+        ax.fill_between(
+            steps, [100 * b.low for b in bands], [100 * b.high for b in bands],
+            color=line.get_color(), alpha=0.2,
+        )  # fmt: skip
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("held-out greedy accuracy (%)")
+    ax.set_title("held-out accuracy: mean over seeds, 95% band (seeds x questions)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (module docstring); exit status 2 on bad input, nothing written."""
+    parser = argparse.ArgumentParser(
+        prog="python -m jaxrl_llm.report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("paths", nargs="+", help="run or sweep directories, or LABEL=DIR,DIR")
+    parser.add_argument("--out", help="also write OUT.md and OUT.png")
+    parser.add_argument("--resamples", type=int, default=4000, help="bootstrap replicates")
+    args = parser.parse_args(argv)
+    command = "python -m jaxrl_llm.report " + shlex.join(
+        list(argv if argv is not None else sys.argv[1:])
+    )
+    try:
+        groups = collect_groups(args.paths)
+        rows = [summarize(g, num_resamples=args.resamples) for g in groups]
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    text = markdown(rows, command=command)
+    print(text)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out + ".md", "w") as f:
+            f.write(text)
+        print(f"[report] wrote {args.out}.md and {plot(rows, args.out + '.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The train / held-out split by question hash: no question on both sides, for every source."""
+
+import json
+
+import ml_collections
+import pytest
+
+from jaxrl_llm.data import JsonlSource, task_pool, task_source
+from jaxrl_llm.data.presets import PRESETS
+from jaxrl_llm.data.split import (
+    SideIndex,
+    distinct_questions,
+    normalize_question,
+    partition,
+    side_of,
+)
+
+
+def task_section(name, **fields):
+    section = dict(
+        name=name, kwargs={}, train_size=2000, eval_size=200, eval_seed=1_000_003,
+        held_out_fraction=0.1,
+    )  # fmt: skip
+    section.update(fields)
+    return ml_collections.ConfigDict(section)
+
+
+def keys(source):
+    return {normalize_question(ex.question) for ex in source}
+
+
+def test_normalize_question_exact():
+    assert normalize_question("  Find the GCD of\n12,  18. ") == "find the gcd of 12, 18."
+
+
+def test_side_is_stable_and_ignores_case_and_spaces():
+    assert side_of("What is 2 + 3?") == side_of("  what is 2 +   3? ") == "train"
+    # hand-picked from a scan: the 5th candidate "q4" hashes to the held-out side
+    assert [side_of(f"q{i}") for i in range(5)] == ["train"] * 4 + ["held_out"]
+
+
+def test_held_out_share_is_the_fraction():
+    questions = [f"question number {i}" for i in range(20_000)]
+    share = sum(side_of(q) == "held_out" for q in questions) / len(questions)
+    assert abs(share - 0.1) < 0.01
+    share = sum(side_of(q, held_out_fraction=0.3) == "held_out" for q in questions) / 20_000
+    assert abs(share - 0.3) < 0.015
+
+
+def test_partition_exact():
+    items = [f"q{i}" for i in range(16)]
+    train, held_out = partition(items, lambda q: q)
+    assert held_out == ["q4", "q7", "q15"]
+    assert sorted(train + held_out) == sorted(items)
+
+
+def test_side_index_positions_and_refusal():
+    index = SideIndex(lambda i: f"q{i}", side="held_out", size=3, distinct=True)
+    assert index.resolve_all() == [4, 7, 15]
+    tiny = SideIndex(lambda i: f"q{i % 16}", side="held_out", size=5, distinct=True,
+                     size_field="config.task.eval_size")  # fmt: skip
+    with pytest.raises(ValueError, match=r"config.task.eval_size=5 .* gave only 3 .*at most 3"):
+        tiny.resolve_all()
+    with pytest.raises(ValueError, match="held_out_fraction=1.5"):
+        SideIndex(lambda i: "", side="train", size=1, held_out_fraction=1.5)
+    with pytest.raises(ValueError, match="split='test'"):
+        SideIndex(lambda i: "", side="test", size=1)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_never_share_a_question(name):
+    section = task_section(name)
+    held_out = task_pool(section, side="held_out")
+    assert len(held_out) == 200 and distinct_questions(ex.question for ex in held_out) == 200
+    for seed in (0, 1):
+        pool = task_pool(section, side="train", seed=seed)
+        assert keys(pool) & keys(held_out) == set()
+        assert all(side_of(ex.question) == "train" for ex in pool)
+    # the held-out set does not move with the training seed
+    assert [ex.question for ex in task_pool(section, side="held_out", seed=7)] == [
+        ex.question for ex in held_out
+    ]
+
+
+@pytest.mark.parametrize("task", ["basic_arithmetic", "spell_backward"])
+def test_any_reasoning_gym_task_is_split(task):
+    train = task_source(task, seed=0, size=1000, split="train")
+    held_out = task_source(task, seed=5, size=50, split="held_out")
+    assert keys(train) & keys(held_out) == set()
+    assert held_out[0].score(held_out[0].answer) == 1.0  # the task's own scorer still applies
+
+
+def test_too_small_question_space_stops_with_the_fix():
+    section = task_section("gcd", kwargs={"max_value": 30})  # 900 questions in all
+    with pytest.raises(ValueError) as error:
+        task_pool(section, side="held_out")
+    message = str(error.value)
+    assert "config.task.eval_size=200" in message and "gave only 80" in message
+    assert "config.task.kwargs" in message and "\n" not in message
+    assert len(task_pool(task_section("gcd", kwargs={"max_value": 30}, eval_size=80),
+                         side="held_out")) == 80  # fmt: skip
+
+
+def write_jsonl(path, questions):
+    with open(path, "w") as f:
+        for i, q in enumerate(questions):
+            f.write(json.dumps({"question": q, "answer": f"#### {i}"}) + "\n")
+
+
+def test_jsonl_sides_are_disjoint_and_cover_the_file(tmp_path):
+    path = tmp_path / "data.jsonl"
+    write_jsonl(path, [f"What is {i} plus {i}?" for i in range(300)])
+    train = JsonlSource(path, split="train")
+    held_out = JsonlSource(path, split="held_out")
+    assert keys(train) & keys(held_out) == set()
+    assert len(train) + len(held_out) == 300 and 10 < len(held_out) < 50
+    assert keys(train) | keys(held_out) == keys(JsonlSource(path))
+    assert "split='held_out'" in repr(held_out)
+
+
+def test_jsonl_duplicate_questions_are_refused(tmp_path):
+    path = tmp_path / "dup.jsonl"
+    write_jsonl(path, ["What is 1 + 1?", "What is 2 + 2?", "what is 1  + 1?"])
+    with pytest.raises(ValueError, match="line 3 repeats the question of line 1"):
+        JsonlSource(path)
+
+
+def test_calculator_episode_examples_are_split():
+    from jaxrl_llm.config import config_for
+    from jaxrl_llm.envs.tasks import episode_task
+
+    config = config_for("grpo")
+    with config.unlocked():
+        config.env.name = "calculator"
+        config.task.name = "products"
+        config.task.kwargs = ml_collections.ConfigDict({"min_digits": 3, "max_digits": 4})
+    task = episode_task(config)
+    train = task.examples("train", 0, 500)
+    test = task.examples("test", 1_000_003, 50)
+    assert keys(train) & keys(test) == set() and distinct_questions(e.question for e in test) == 50
+
+
+def test_multi_if_train_and_test_conversations_are_disjoint():
+    from jaxrl_llm.envs.multi_if import multi_if_examples
+
+    train = multi_if_examples(300, seed=0, split="train")
+    test = multi_if_examples(100, seed=0, split="test")
+    assert keys(train) & keys(test) == set()

@@ -1,0 +1,55 @@
+"""The bootstrap interval over seeds and questions, on hand-made tables."""
+
+import numpy as np
+import pytest
+
+from jaxrl_llm.evals.intervals import Interval, seeds_questions_interval
+
+
+def test_mean_is_exact_and_interval_contains_it():
+    correct = np.array([[1, 0, 1, 1], [1, 1, 0, 1]])
+    interval = seeds_questions_interval(correct)
+    assert interval.mean == 0.75
+    assert 0.0 <= interval.low <= 0.75 <= interval.high <= 1.0
+
+
+def test_constant_table_has_zero_width():
+    assert seeds_questions_interval(np.ones((3, 50))) == Interval(1.0, 1.0, 1.0, 0.95)
+    assert seeds_questions_interval(np.array([[0.4]])) == Interval(0.4, 0.4, 0.4, 0.95)
+
+
+def test_questions_alone_give_the_binomial_width():
+    # one seed, 400 questions at 30%: the normal approximation's 95% half-width is 4.5 points
+    rng = np.random.default_rng(0)
+    correct = (rng.random((1, 400)) < 0.3).astype(float)
+    interval = seeds_questions_interval(correct)
+    p = correct.mean()
+    half = 1.96 * np.sqrt(p * (1 - p) / 400)
+    assert interval.high - interval.low == pytest.approx(2 * half, rel=0.15)
+
+
+def test_seed_spread_widens_the_interval():
+    # same questions, seeds that disagree: wider than seeds that agree
+    agree = np.tile((np.arange(200) % 3 == 0).astype(float), (3, 1))
+    disagree = np.stack([(np.arange(200) % k == 0).astype(float) for k in (2, 3, 10)])
+    narrow = seeds_questions_interval(agree)
+    wide = seeds_questions_interval(disagree)
+    assert wide.high - wide.low > 2 * (narrow.high - narrow.low)
+
+
+def test_gain_interval_excludes_zero_only_when_it_should():
+    before = np.zeros((3, 200))
+    after = np.zeros((3, 200))
+    after[:, :60] = 1.0  # +30 points on every seed
+    gain = seeds_questions_interval(after - before)
+    assert gain.mean == pytest.approx(0.3) and gain.excludes_zero()
+    noisy = np.zeros((3, 200))
+    noisy[0, :20], noisy[1, 20:30] = 1.0, -1.0  # +10, -5, 0 points
+    assert not seeds_questions_interval(noisy).excludes_zero()
+
+
+def test_bad_tables_are_refused():
+    with pytest.raises(ValueError, match="shape"):
+        seeds_questions_interval(np.zeros(3))
+    with pytest.raises(ValueError, match="confidence"):
+        seeds_questions_interval(np.zeros((2, 2)), confidence=1.0)

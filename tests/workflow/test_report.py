@@ -1,0 +1,100 @@
+"""`python -m jaxrl_llm.report` on hand-made run directories."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxrl_llm import report, sweeps
+
+
+def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
+             questions=100, finished=True):  # fmt: skip
+    os.makedirs(path, exist_ok=True)
+    config = {"seed": seed, "task": {"name": task}, "optimizer": {"learning_rate": lr}}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    rng = np.random.default_rng(seed)
+    correct = {
+        0: (np.arange(questions) < before * questions).astype(int),
+        steps: (np.arange(questions) < after * questions).astype(int),
+    }
+    rng.shuffle(correct[steps])
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for step, flags in correct.items():
+            f.write(json.dumps({"step": step, "eval/accuracy": float(flags.mean())}) + "\n")
+    with open(os.path.join(path, "eval_questions.jsonl"), "w") as f:
+        for step, flags in correct.items():
+            f.write(json.dumps({"step": step, "set": task, "correct": flags.tolist()}) + "\n")
+    if finished:
+        summary = {"steps": steps, "wall_time_s": 600.0,
+                   "host": {"cpu": "Test CPU", "isa": "AVX2", "cores": 2}}  # fmt: skip
+        with open(os.path.join(path, "summary.json"), "w") as f:
+            json.dump(summary, f)
+    return str(path)
+
+
+def test_groups_by_config_minus_seed(tmp_path):
+    for seed in range(3):
+        make_run(tmp_path / "sweep" / f"gcd_{seed}", seed=seed, task="gcd", after=0.5)
+        make_run(tmp_path / "sweep" / f"cs_{seed}", seed=seed, after=0.4)
+    make_run(tmp_path / "sweep" / "unfinished", seed=9, finished=False)
+    logged = []
+    groups = report.collect_groups([str(tmp_path / "sweep")], log=logged.append)
+    assert sorted(g.label for g in groups) == ["task.name=chain_sum", "task.name=gcd"]
+    assert all(len(g.runs) == 3 for g in groups)
+    assert any("unfinished" in line for line in logged)
+    rows = {g.label: report.summarize(g, num_resamples=500) for g in groups}
+    gcd = rows["task.name=gcd"]
+    assert gcd["before"].mean == pytest.approx(0.2) and gcd["after"].mean == pytest.approx(0.5)
+    assert gcd["gain"].mean == pytest.approx(0.3) and gcd["gain"].excludes_zero()
+    assert gcd["seed_gains"] == pytest.approx([0.3] * 3) and gcd["per_question"]
+    assert gcd["best"] == (pytest.approx(0.5), 10) and gcd["worst_drop"] == 0.0
+    assert gcd["hosts"] == ["Test CPU (AVX2, 2 cores)"] and gcd["wall_min"] == 10.0
+    text = report.markdown(list(rows.values()))
+    assert "+30.0 [" in text and "Test CPU" in text
+
+
+def test_mixed_explicit_group_is_refused_with_the_keys(tmp_path):
+    a = make_run(tmp_path / "a", seed=0)
+    b = make_run(tmp_path / "b", seed=1, lr=1e-5)
+    with pytest.raises(ValueError, match="optimizer.learning_rate"):
+        report.collect_groups([f"mine={a},{b}"])
+    c = make_run(tmp_path / "c", seed=0)
+    with pytest.raises(ValueError, match="seed 0 twice"):
+        report.collect_groups([f"mine={a},{c}"])
+
+
+def test_cli_bad_input_writes_nothing(tmp_path, capsys):
+    run = make_run(tmp_path / "run", seed=0, finished=False)
+    out = tmp_path / "out" / "report"
+    assert report.main([run, "--out", str(out)]) == 2
+    assert "no summary.json" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "out")
+    assert report.main([str(tmp_path / "missing")]) == 2
+
+
+def test_cli_writes_markdown_and_png(tmp_path):
+    runs = [make_run(tmp_path / f"r{s}", seed=s) for s in range(3)]
+    out = tmp_path / "docs" / "main_job"
+    assert report.main([f"main={','.join(runs)}", "--out", str(out), "--resamples", "200"]) == 0
+    text = (tmp_path / "docs" / "main_job.md").read_text()
+    assert "| main | 0,1,2 | 20.0 [" in text and "python -m jaxrl_llm.report" in text
+    with open(tmp_path / "docs" / "main_job.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_seeds_for_the_launcher():
+    assert sweeps.parse_seeds("0,1,2") == [0, 1, 2]
+    assert sweeps.parse_seeds("0-2,2,5") == [0, 1, 2, 5]
+    assert sweeps.with_seeds([{"task.name": "gcd"}], [0, 1]) == [
+        {"task.name": "gcd", "seed": 0},
+        {"task.name": "gcd", "seed": 1},
+    ]
+    with pytest.raises(ValueError, match="seed list is empty"):
+        sweeps.with_seeds([{}], [])
+    with pytest.raises(ValueError, match="names no seed"):
+        sweeps.parse_seeds(",")
+    with pytest.raises(ValueError, match="'x' is not an integer"):
+        sweeps.parse_seeds("0,x")
