@@ -203,6 +203,12 @@ def base_config() -> ml_collections.ConfigDict:
     # Asynchronous training (jaxrl_llm.runners.online_async): generator and learner at once,
     # samples at most max_staleness learner versions old.
     c.async_rl = async_section()
+    # Stabilisers of group-advantage RL (dynamic sampling, overlong filtering or penalty, an
+    # entropy coefficient adapted to a target); all off by default. See
+    # jaxrl_llm/algorithms/stabilisers.py.
+    from jaxrl_llm.algorithms.stabilisers import stabilisers_section
+
+    c.stabilise = stabilisers_section()
 
     c.placement = ml_collections.ConfigDict()
     # "colocated": every role on one mesh; the rollout reads the actor's weights resharded
@@ -431,6 +437,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 
     validate_off_policy_section(config)
     validate_async_section(config)
+    from jaxrl_llm.algorithms.stabilisers import validate_stabilisers
+
+    if "stabilise" in config:
+        validate_stabilisers(config)
     try:
         spec = registry.get(config.algorithm)
     except KeyError as e:

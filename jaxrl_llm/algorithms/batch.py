@@ -38,6 +38,8 @@ class PolicyBatch(NamedTuple):
       rollout_logp: float32 [M, T] log-probs the rollout reported (the behaviour policy), set
         by the runners; `old_logp` then holds the proximal policy's when the off-policy
         correction needs it (`jaxrl_llm.algorithms.off_policy`).
+      entropy_coef: float32 [M] (or [M, T] packed) the entropy bonus's weight when it adapts
+        during the run (`config.stabilise.entropy_target`); None: the loss config's constant.
     """
 
     tokens: Array
@@ -50,6 +52,7 @@ class PolicyBatch(NamedTuple):
     positions: Array | None = None
     segment_ids: Array | None = None
     rollout_logp: Array | None = None
+    entropy_coef: Array | None = None
 
 
 def build_batch(

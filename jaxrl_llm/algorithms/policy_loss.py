@@ -179,7 +179,12 @@ def policy_loss(
         loss = loss + config.kl_beta * kl_value
         metrics["kl_ref"] = losses.masked_mean(kl_bt, mask)
     entropy_mean = losses.masked_mean(entropy, mask)
-    if config.entropy_coef > 0:
+    if batch.entropy_coef is not None:  # adaptive: a per-row (or per-token) data field
+        coef = batch.entropy_coef if batch.entropy_coef.ndim == 2 else batch.entropy_coef[:, None]
+        loss = loss - losses.aggregate(
+            coef * entropy, mask, mode=config.agg, norm_len=config.norm_len
+        )
+    elif config.entropy_coef > 0:
         loss = loss - config.entropy_coef * losses.aggregate(
             entropy, mask, mode=config.agg, norm_len=config.norm_len
         )

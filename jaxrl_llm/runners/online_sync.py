@@ -51,6 +51,7 @@ from jaxrl_llm.runners.components import (
 from jaxrl_llm.runners.hooks import Hook, StepRecord, default_hooks
 from jaxrl_llm.runners.lifecycle import StopSignal, check_resumable
 from jaxrl_llm.runners.pipeline import PipelineError
+from jaxrl_llm.runners.stabilisers import StepStabilisers
 from jaxrl_llm.sharding import layout
 
 
@@ -131,6 +132,8 @@ class Generated(NamedTuple):
       references: the prompts' gold answers as completions (`Algorithm.reference_template`).
       episodes: the `jaxrl_llm.envs.EpisodeBatch` of multi-turn episodes (`config.env`), whose
         `rollout` is `rollout`; None for single-turn rollouts.
+      scalars: metrics of how the step's samples were collected (the stabilisers': sampling
+        rounds, kept groups, overlong shaping), logged with the step; None for none.
     """
 
     examples: list
@@ -143,6 +146,7 @@ class Generated(NamedTuple):
     versions_bt: np.ndarray | None = None
     references: References | None = None
     episodes: Any = None
+    scalars: dict[str, float] | None = None
 
 
 class OnlineRun:
@@ -163,6 +167,10 @@ class OnlineRun:
         self.summary: dict[str, Any] = {}
         self.writer = MetricsWriter(workdir)
         self.init_evaluation()
+        pad_id = parts.tokenizer.pad_token_id or 0
+        self.stabilisers = StepStabilisers(
+            config, pad_id=pad_id, meta=self.meta, vocab_size=parts.tokenizer.vocab_size
+        )
         self._train_shapes: set[tuple[int, ...]] = set()
         self._off_policy = OffPolicyConfig.from_config(config)
         self._proximal = None  # the actor's jitted log-prob forward, built on first use
@@ -219,10 +227,22 @@ class OnlineRun:
 
     # -- one step -----------------------------------------------------------------------------
     def generate(self, step: int, params, *, weights: WeightsSource | None = None) -> Generated:
-        """The prompts of the next batch, sampled with `params` (decode layout) and scored;
-        everything the rollout side does for RL step `step`, on the host. With `weights` (a
-        source of the newest (version, params)), the sampling takes newer weights between
-        decode chunks (`config.async_rl.inflight_updates`); a greedy baseline uses `params`."""
+        """Everything the rollout side does for RL step `step`, on the host: one or more
+        rounds of `generate_round` (dynamic sampling), shaped by the run's stabilisers
+        (`jaxrl_llm.runners.stabilisers`)."""
+        generated, scalars = self.stabilisers.collect(
+            lambda r: self.generate_round(step, params, weights=weights, round_index=r)
+        )
+        return generated._replace(scalars=scalars)
+
+    def generate_round(
+        self, step: int, params, *, weights: WeightsSource | None = None, round_index: int = 0
+    ) -> Generated:
+        """The prompts of the next batch, sampled with `params` (decode layout) and scored.
+        With `weights` (a source of the newest (version, params)), the sampling takes newer
+        weights between decode chunks (`config.async_rl.inflight_updates`); a greedy baseline
+        uses `params`. Round r > 0 of a step (dynamic sampling) samples with the seed of step
+        `step + r * num_steps`, one no step of the run uses."""
         c, roles, tokenizer = self.config, self.roles, self.parts.tokenizer
         group = c.rollout.group_size
         t0 = time.time()
@@ -233,7 +253,8 @@ class OnlineRun:
             system_prompt=c.task.system_prompt,
             instruction_suffix=c.task.instruction_suffix,
         )
-        group_ids, seed = [i for i in ids for _ in range(group)], rollout_seed(c.seed, step)
+        group_ids = [i for i in ids for _ in range(group)]
+        seed = rollout_seed(c.seed, step + round_index * c.train.num_steps)
         versions_bt = None
         if weights is None:
             rollout = roles.rollout.sample(group_ids, seed=seed, params=params)
@@ -325,6 +346,7 @@ class OnlineRun:
         """
         c = self.config
         batch, scalars = self.algorithm.make_batch(experience, self.algo_state)
+        batch = self.stabilisers.prepare(batch)  # the adaptive entropy coefficient, if any
         if batch.rollout_logp is None:  # set by algorithms that pick rows (online DPO)
             rollout_logp = jnp.asarray(experience.rollout.logprobs, jnp.float32)
             batch = batch._replace(rollout_logp=rollout_logp)
@@ -402,6 +424,7 @@ class OnlineRun:
         self._train_shapes.add(batch.tokens.shape)
         t_train = time.time()
         train_scalars = self.update(batch, step)
+        train_scalars.update(self.stabilisers.observe(train_scalars))
         t_end = time.time()
         rows = experience.rewards.shape[0]
         self.algo_state = self.algorithm.update(
@@ -437,6 +460,7 @@ class OnlineRun:
             "time/train_s": t_end - t_train,
             "time/step_s": t_end - start,
             **self.generated_scalars(generated),
+            **(generated.scalars or {}),
             **(scalars or {}),
         }
         examples, completions = generated.examples, generated.completions

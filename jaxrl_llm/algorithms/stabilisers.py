@@ -1,0 +1,215 @@
+"""Stabilisers of group-advantage RL, as pure functions and one config section.
+
+What keeps a small policy learning rather than collapsing (docs/recipe.md): most of a step's
+groups tie (every completion right, or every one wrong) and carry no gradient under group
+advantages; truncated completions are judged on a cut-off answer; entropy falls until the
+samples stop exploring. The remedies, each off by default:
+
+- Dynamic sampling (DAPO, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
+  arXiv:2503.14476, sec. 3.2): keep sampling new prompts, up to `max_sampling_rounds` rounds a
+  step, until the batch's groups all have reward spread (0 < #correct < G); the batch keeps
+  its size, topped up with tied groups when the rounds run out (`select_groups`).
+- Overlong handling (DAPO sec. 3.4): "filter" masks truncated completions out of the loss;
+  "soft" adds the soft overlong punishment
+      R(y) = 0                              if |y| <= L_max - L_cache
+           = ((L_max - L_cache) - |y|) / L_cache   if L_max - L_cache < |y| <= L_max
+           = -1                             if |y| > L_max
+  (`soft_overlong_penalty`; here |y| <= L_max = max_new_tokens always, so the last branch is
+  the truncated rows' value at the limit).
+- An entropy coefficient adapted to a target entropy H* by dual ascent on log c, as SAC's
+  automatic temperature ("Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905,
+  eq. 18): log c <- log c + rate * (H* - H), clipped to [c_min, c_max] (`entropy_control`).
+- KL to the reference (`config.loss.kl_beta`, k3) and a decaying rate
+  (`config.optimizer.schedule`) are the loss's and the optimizer's own fields.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import ml_collections
+import numpy as np
+
+__all__ = [
+    "DYNAMIC_SAMPLING_ALGORITHMS",
+    "OVERLONG_MODES",
+    "EntropyControl",
+    "EntropyControlState",
+    "entropy_control",
+    "group_has_signal",
+    "select_groups",
+    "soft_overlong_penalty",
+    "stabilisers_section",
+    "validate_stabilisers",
+]
+
+OVERLONG_MODES = ("none", "filter", "soft")
+# Algorithms whose advantages (or pairs) come from reward differences within a group: a tied
+# group gives them nothing, so resampling it helps.
+DYNAMIC_SAMPLING_ALGORITHMS = ("grpo", "online_dpo", "rrhf")
+
+
+def stabilisers_section() -> ml_collections.ConfigDict:
+    """`config.stabilise`: the stabilisers of the module docstring, all off."""
+    c = ml_collections.ConfigDict()
+    # DAPO's dynamic sampling: resample prompts until every group of the step has reward spread,
+    # for at most max_sampling_rounds rollouts per step (1 = no resampling).
+    c.dynamic_sampling = False
+    c.max_sampling_rounds = 3
+    # Truncated completions: "none", "filter" (no loss on them) or "soft" (DAPO's soft overlong
+    # punishment over the last overlong_cache_tokens tokens before max_new_tokens, weighted).
+    c.overlong = "none"
+    c.overlong_cache_tokens = 8
+    c.overlong_weight = 1.0
+    # Target entropy (nats per completion token) for an adaptive entropy coefficient starting
+    # at config.loss.entropy_coef; 0 keeps the coefficient fixed. entropy_rate is the step of
+    # log(coefficient) per nat of gap, entropy_max_coef its ceiling.
+    c.entropy_target = 0.0
+    c.entropy_rate = 0.5
+    c.entropy_max_coef = 0.05
+    return c
+
+
+def validate_stabilisers(config: ml_collections.ConfigDict, *, vocab_size: int | None = None):
+    """Raises ValueError naming the first bad field of `config.stabilise` and the fix.
+
+    Args:
+      config: a run config with `stabilise`, `algorithm`, `rollout`, `loss` sections.
+      vocab_size: the policy's vocabulary, when known: an entropy target must lie in
+        (0, log V) nats, the range of a per-token entropy.
+    """
+    s = config.stabilise
+    if s.max_sampling_rounds < 1:
+        raise ValueError(
+            f"config.stabilise.max_sampling_rounds={s.max_sampling_rounds} must be >= 1 (the "
+            "first rollout counts; 3 allows two resampling rounds)."
+        )
+    if s.dynamic_sampling:
+        if config.algorithm not in DYNAMIC_SAMPLING_ALGORITHMS or config.rollout.group_size < 2:
+            raise ValueError(
+                f"config.stabilise.dynamic_sampling=True needs groups compared by reward "
+                f"(algorithm one of {DYNAMIC_SAMPLING_ALGORITHMS}, rollout.group_size >= 2); got "
+                f"algorithm={config.algorithm!r}, group_size={config.rollout.group_size}. Set "
+                "dynamic_sampling=False."
+            )
+    episodes = config.get("env") is not None and config.env.name
+    if episodes and (s.dynamic_sampling or s.overlong != "none"):
+        raise ValueError(
+            "config.stabilise.dynamic_sampling and overlong apply to single-turn rollouts, not "
+            f"to episode runs (config.env.name={config.env.name!r}); turn them off."
+        )
+    if s.overlong not in OVERLONG_MODES:
+        raise ValueError(
+            f"config.stabilise.overlong={s.overlong!r} must be one of {OVERLONG_MODES}."
+        )
+    if s.overlong == "soft" and not 0 < s.overlong_cache_tokens < config.rollout.max_new_tokens:
+        raise ValueError(
+            f"config.stabilise.overlong_cache_tokens={s.overlong_cache_tokens} must lie in "
+            f"(0, rollout.max_new_tokens={config.rollout.max_new_tokens})."
+        )
+    if s.entropy_target < 0:
+        raise ValueError(f"config.stabilise.entropy_target={s.entropy_target} must be >= 0.")
+    if s.entropy_target > 0:
+        if vocab_size is not None and s.entropy_target >= math.log(vocab_size):
+            raise ValueError(
+                f"config.stabilise.entropy_target={s.entropy_target} must lie in (0, log V = "
+                f"{math.log(vocab_size):.2f}) nats, the range of a token's entropy."
+            )
+        if not 0 < config.loss.entropy_coef <= s.entropy_max_coef or s.entropy_rate <= 0:
+            raise ValueError(
+                f"config.stabilise.entropy_target > 0 adapts config.loss.entropy_coef: it must "
+                f"start in (0, entropy_max_coef={s.entropy_max_coef}] (got "
+                f"{config.loss.entropy_coef}), with entropy_rate > 0 (got {s.entropy_rate})."
+            )
+
+
+def group_has_signal(rewards_b: np.ndarray, group_size: int) -> np.ndarray:
+    """bool [B / G]: whether each group of G adjacent rows has rewards that are not all equal.
+
+    Example:
+      >>> group_has_signal(np.array([1., 1., 0., 1., 0., 0.]), 3)
+      array([ True, False])
+    """
+    rewards_gk = np.asarray(rewards_b, np.float64).reshape(-1, group_size)
+    return rewards_gk.max(axis=1) > rewards_gk.min(axis=1)
+
+
+def select_groups(signals: Sequence[np.ndarray], num_groups: int) -> list[tuple[int, int]]:
+    """The (round, group) pairs a step trains on: groups with signal first, in sampling order,
+    then tied groups of the first rounds to keep the batch at `num_groups`.
+
+    Args:
+      signals: per sampling round, bool [G_r] from `group_has_signal`.
+      num_groups: the groups a step trains on (`rollout.num_prompts`).
+
+    Example:
+      >>> select_groups([np.array([True, False, False]), np.array([False, True, True])], 3)
+      [(0, 0), (1, 1), (1, 2)]
+    """
+    informative = [(r, g) for r, s in enumerate(signals) for g in np.flatnonzero(s)]
+    tied = [(r, g) for r, s in enumerate(signals) for g in np.flatnonzero(~np.asarray(s))]
+    picks = (informative + tied)[:num_groups]
+    if len(picks) < num_groups:
+        raise ValueError(f"select_groups: {len(picks)} groups sampled, {num_groups} needed.")
+    return [(int(r), int(g)) for r, g in picks]
+
+
+def soft_overlong_penalty(
+    lengths_b: np.ndarray, *, max_tokens: int, cache_tokens: int
+) -> np.ndarray:
+    """float32 [B]: DAPO's soft overlong punishment of completion lengths (module docstring).
+
+    Example:
+      >>> soft_overlong_penalty(np.array([10, 25, 28, 32]), max_tokens=32, cache_tokens=8)
+      array([ 0.   , -0.125, -0.5  , -1.   ], dtype=float32)
+    """
+    lengths_b = np.asarray(lengths_b, np.float64)
+    start = max_tokens - cache_tokens
+    penalty = np.where(lengths_b <= start, 0.0, (start - lengths_b) / cache_tokens)
+    return np.maximum(penalty, -1.0).astype(np.float32)
+
+
+class EntropyControlState(NamedTuple):
+    """The adaptive entropy coefficient's state: its current value."""
+
+    coef: float
+
+
+class EntropyControl(NamedTuple):
+    """An optax-style pair of pure functions: `init() -> state`, `update(state, entropy)`."""
+
+    init: Callable[[], EntropyControlState]
+    update: Callable[[EntropyControlState, float], EntropyControlState]
+
+
+def entropy_control(
+    *, initial_coef: float, target: float, rate: float, max_coef: float, min_coef: float = 1e-6
+) -> EntropyControl:
+    """Dual ascent on log(coefficient) toward a target entropy (module docstring, SAC eq. 18).
+
+    Args:
+      initial_coef: the coefficient before the first update (> 0).
+      target: H*, nats per completion token.
+      rate: the step of log(coef) per nat of gap H* - H.
+      max_coef, min_coef: the coefficient's range.
+
+    Example:
+      >>> control = entropy_control(initial_coef=0.01, target=0.5, rate=1.0, max_coef=0.1)
+      >>> control.update(control.init(), entropy=0.5 - math.log(2)).coef  # below target: x2
+      0.02
+    """
+    if not 0 < min_coef <= initial_coef <= max_coef:
+        raise ValueError(
+            f"entropy_control: need 0 < {min_coef=} <= {initial_coef=} <= {max_coef=}."
+        )
+
+    def init() -> EntropyControlState:
+        return EntropyControlState(float(initial_coef))
+
+    def update(state: EntropyControlState, entropy: float) -> EntropyControlState:
+        coef = state.coef * math.exp(rate * (target - float(entropy)))
+        return EntropyControlState(float(min(max(coef, min_coef), max_coef)))
+
+    return EntropyControl(init, update)

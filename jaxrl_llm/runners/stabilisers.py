@@ -1,0 +1,224 @@
+"""The stabilisers of `jaxrl_llm.algorithms.stabilisers` applied to a run's steps.
+
+`StepStabilisers` sits between the rollout and the algorithm in the synchronous and asynchronous
+runners (any algorithm; each stabiliser checks it applies in `validate_stabilisers`):
+
+    collect(generate_round)   dynamic sampling: rounds of `generate_round(r)` until the step's
+                              groups have reward spread (or the rounds run out), then the rows
+                              of the chosen groups as one `Generated`; overlong shaping of the
+                              rewards ("soft") or of the loss mask ("filter")
+    prepare(batch)            the adaptive entropy coefficient as a per-row batch field
+    observe(train_scalars)    updates the coefficient from the step's entropy
+
+Its state (the entropy coefficient) lives in the run's checkpointed `meta`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from jaxrl_llm.algorithms.stabilisers import (
+    EntropyControlState,
+    entropy_control,
+    group_has_signal,
+    select_groups,
+    soft_overlong_penalty,
+    validate_stabilisers,
+)
+from jaxrl_llm.rollout.types import FinishReason
+
+__all__ = ["StepStabilisers", "take_groups"]
+
+META_KEY = "entropy_coef"
+
+
+def _pad_rows(x: np.ndarray, width: int, value) -> np.ndarray:
+    """[B, T] -> [B, width] padded on the right with `value` (1-D arrays pass through)."""
+    x = np.asarray(x)
+    if x.ndim < 2 or x.shape[1] == width:
+        return x
+    return np.pad(x, [(0, 0), (0, width - x.shape[1])], constant_values=value)
+
+
+def _concat(parts: Sequence[np.ndarray], value) -> np.ndarray:
+    width = max(np.asarray(p).shape[1] for p in parts) if np.asarray(parts[0]).ndim > 1 else 0
+    return np.concatenate([_pad_rows(p, width, value) for p in parts])
+
+
+def take_groups(
+    rounds: Sequence[Any], picks: Sequence[tuple[int, int]], group_size: int, *, pad_id: int
+):
+    """One `Generated` of the picked (round, group) pairs' rows, in pick order.
+
+    Rows of rounds with different widths (prompt buckets) are padded on the right: tokens with
+    `pad_id`, masks with False, log-probs with 0, token versions with -1.
+    """
+    rows = {r: [] for r in range(len(rounds))}
+    order = []  # (round, position among that round's picked rows) in pick order
+    for r, g in picks:
+        for k in range(g * group_size, (g + 1) * group_size):
+            order.append((r, len(rows[r])))
+            rows[r].append(k)
+    used = [r for r in range(len(rounds)) if rows[r]]
+    offsets = dict(zip(used, np.cumsum([0] + [len(rows[r]) for r in used])[:-1], strict=True))
+    index = np.asarray([offsets[r] + i for r, i in order])
+
+    def gather(field_of, value):
+        parts = [np.asarray(field_of(rounds[r]))[rows[r]] for r in used]
+        return _concat(parts, value)[index]
+
+    first = rounds[0]
+    rollout = type(first.rollout)(
+        **{
+            name: gather(lambda g, n=name: getattr(g.rollout, n), pad_id if name == "tokens" else 0)
+            for name in first.rollout._fields
+        }
+    )
+    reward_out = first.reward_out._replace(
+        total=gather(lambda g: g.reward_out.total, 0),
+        per_function={
+            name: gather(lambda g, n=name: g.reward_out.per_function[n], 0)
+            for name in first.reward_out.per_function
+        },
+        num_errors={
+            k: sum(g.reward_out.num_errors[k] for g in rounds) for k in first.reward_out.num_errors
+        },
+        num_timeouts={
+            k: sum(g.reward_out.num_timeouts[k] for g in rounds)
+            for k in first.reward_out.num_timeouts
+        },
+    )
+    examples = [rounds[r].examples[g] for r, g in picks]
+    completions = [
+        rounds[r].completions[k]
+        for r, g in picks
+        for k in range(g * group_size, (g + 1) * group_size)
+    ]
+    references = None
+    if first.references is not None:  # one row per prompt: the picked groups' rows
+        fields = first.references._fields
+        references = type(first.references)(
+            *[
+                _concat(
+                    [np.asarray(getattr(rounds[r].references, f))[g : g + 1] for r, g in picks],
+                    pad_id if f == "tokens" else 0,
+                )
+                for f in fields
+            ]
+        )
+    return first._replace(
+        examples=examples,
+        rollout=rollout,
+        completions=completions,
+        reward_out=reward_out,
+        baseline_rewards=None
+        if first.baseline_rewards is None
+        else gather(lambda g: g.baseline_rewards, 0),
+        versions_bt=None if first.versions_bt is None else gather(lambda g: g.versions_bt, -1),
+        references=references,
+        seconds={k: sum(g.seconds.get(k, 0.0) for g in rounds) for k in first.seconds},
+    )
+
+
+class StepStabilisers:
+    """The configured stabilisers of one run (`config.stabilise`; all off: a no-op).
+
+    Args:
+      config: the run config.
+      pad_id: the tokenizer's padding id (rows of rounds of different widths are padded).
+      meta: the run's checkpointed metadata, where the entropy coefficient is kept.
+      vocab_size: the policy's vocabulary (an entropy target must lie below log V).
+    """
+
+    def __init__(
+        self,
+        config: ml_collections.ConfigDict,
+        *,
+        pad_id: int,
+        meta: dict[str, Any],
+        vocab_size: int | None = None,
+    ):
+        self.config, self.pad_id, self.meta = config, pad_id, meta
+        validate_stabilisers(config, vocab_size=vocab_size)
+        s = config.stabilise
+        self.control = None
+        if s.entropy_target > 0:
+            self.control = entropy_control(
+                initial_coef=config.loss.entropy_coef,
+                target=s.entropy_target,
+                rate=s.entropy_rate,
+                max_coef=s.entropy_max_coef,
+            )
+            meta.setdefault(META_KEY, self.control.init().coef)
+
+    def collect(self, generate_round: Callable[[int], Any]) -> tuple[Any, dict[str, float]]:
+        """A step's `Generated` (see the module docstring) and its stabiliser metrics."""
+        s, group = self.config.stabilise, self.config.rollout.group_size
+        rounds = [generate_round(0)]
+        scalars: dict[str, float] = {}
+        if s.dynamic_sampling:
+            signals = [group_has_signal(rounds[0].reward_out.total, group)]
+            needed = self.config.rollout.num_prompts
+            while (
+                sum(int(x.sum()) for x in signals) < needed and len(rounds) < s.max_sampling_rounds
+            ):
+                rounds.append(generate_round(len(rounds)))
+                signals.append(group_has_signal(rounds[-1].reward_out.total, group))
+            picks = select_groups(signals, needed)
+            generated = take_groups(rounds, picks, group, pad_id=self.pad_id)
+            kept = sum(bool(signals[r][g]) for r, g in picks)
+            scalars = {
+                "stabilise/sampling_rounds": float(len(rounds)),
+                "stabilise/kept_group_fraction": kept / needed,
+                "stabilise/first_round_signal_fraction": float(signals[0].mean()),
+                "stabilise/first_round_accuracy": float(
+                    np.mean(rounds[0].reward_out.per_function["task"] == 1.0)
+                ),
+            }
+        else:
+            generated = rounds[0]
+        return self.shape_overlong(generated, scalars)
+
+    def shape_overlong(self, generated, scalars: dict[str, float]):
+        """Applies `config.stabilise.overlong` to a step's `Generated` (module docstring)."""
+        s, rollout = self.config.stabilise, generated.rollout
+        truncated = np.asarray(rollout.finish_reason) == int(FinishReason.LENGTH)
+        if s.overlong == "filter":
+            mask = np.asarray(rollout.completion_mask) & ~truncated[:, None]
+            generated = generated._replace(rollout=rollout._replace(completion_mask=mask))
+            scalars["stabilise/filtered_fraction"] = float(truncated.mean())
+        elif s.overlong == "soft":
+            penalty = soft_overlong_penalty(
+                rollout.lengths,
+                max_tokens=self.config.rollout.max_new_tokens,
+                cache_tokens=s.overlong_cache_tokens,
+            )
+            out = generated.reward_out
+            out = out._replace(
+                total=(out.total + s.overlong_weight * penalty).astype(np.float32),
+                per_function={**out.per_function, "overlong": penalty},
+            )
+            generated = generated._replace(reward_out=out)
+            scalars["stabilise/overlong_penalty"] = float(penalty.mean())
+        return generated, scalars
+
+    def prepare(self, batch):
+        """`batch` with the adaptive entropy coefficient per row (unchanged when fixed)."""
+        if self.control is None:
+            return batch
+        rows = batch.tokens.shape[0]
+        return batch._replace(entropy_coef=jnp.full((rows,), self.meta[META_KEY], jnp.float32))
+
+    def observe(self, train_scalars: dict[str, float]) -> dict[str, float]:
+        """Updates the entropy coefficient from the step's `train/entropy`; its metrics."""
+        if self.control is None or "train/entropy" not in train_scalars:
+            return {}
+        used = self.meta[META_KEY]
+        state = self.control.update(EntropyControlState(used), train_scalars["train/entropy"])
+        self.meta[META_KEY] = state.coef
+        return {"stabilise/entropy_coef": used}

@@ -1,0 +1,151 @@
+"""Stabilisers on hand-made arrays: group signal, group selection, overlong penalty, entropy
+control, the rows of chosen groups, and the loss's adaptive entropy weight."""
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+from jaxrl_llm.algorithms.stabilisers import (
+    entropy_control,
+    group_has_signal,
+    select_groups,
+    soft_overlong_penalty,
+    validate_stabilisers,
+)
+from jaxrl_llm.config import config_for
+from jaxrl_llm.rewards.runner import RewardOutput
+from jaxrl_llm.rollout.types import Rollout
+from jaxrl_llm.runners.online_sync import Generated
+from jaxrl_llm.runners.stabilisers import take_groups
+
+
+def test_group_signal_exact():
+    rewards = np.array([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.5])
+    np.testing.assert_array_equal(group_has_signal(rewards, 3), [False, True, True])
+
+
+def test_select_groups_takes_signal_first_then_tops_up_with_ties():
+    signals = [np.array([False, True, False]), np.array([True, False, True])]
+    assert select_groups(signals, 3) == [(0, 1), (1, 0), (1, 2)]
+    assert select_groups([np.array([False, False, True])], 3) == [(0, 2), (0, 0), (0, 1)]
+    with pytest.raises(ValueError, match="2 groups sampled, 3 needed"):
+        select_groups([np.array([True, False])], 3)
+
+
+def test_soft_overlong_penalty_is_dapos_piecewise_ramp():
+    lengths = np.array([1, 24, 25, 28, 31, 32])
+    expected = [0.0, 0.0, -1 / 8, -4 / 8, -7 / 8, -1.0]
+    np.testing.assert_allclose(
+        soft_overlong_penalty(lengths, max_tokens=32, cache_tokens=8), expected, rtol=1e-6
+    )
+
+
+def test_entropy_control_moves_toward_the_target_within_bounds():
+    control = entropy_control(initial_coef=0.01, target=0.5, rate=1.0, max_coef=0.05)
+    state = control.init()
+    below = control.update(state, 0.5 - math.log(2))  # entropy low: coefficient doubles
+    assert below.coef == pytest.approx(0.02)
+    above = control.update(state, 0.5 + math.log(4))  # entropy high: quartered
+    assert above.coef == pytest.approx(0.0025)
+    for _ in range(10):
+        state = control.update(state, 0.0)
+    assert state.coef == 0.05  # clipped at max_coef
+    with pytest.raises(ValueError, match="initial_coef"):
+        entropy_control(initial_coef=0.0, target=0.5, rate=1.0, max_coef=0.05)
+
+
+def test_bad_stabiliser_settings_name_the_field():
+    config = config_for("grpo")
+    config.stabilise.entropy_target = 20.0
+    config.loss.entropy_coef = 0.01
+    with pytest.raises(ValueError, match=r"entropy_target=20.0 must lie in \(0, log V = 10.80\)"):
+        validate_stabilisers(config, vocab_size=49152)
+    config.stabilise.entropy_target = 0.5
+    config.loss.entropy_coef = 0.0
+    with pytest.raises(ValueError, match="entropy_coef"):
+        validate_stabilisers(config)
+    config = config_for("grpo")
+    config.stabilise.overlong = "soft"
+    config.stabilise.overlong_cache_tokens = 40
+    with pytest.raises(ValueError, match="overlong_cache_tokens=40"):
+        validate_stabilisers(config)
+    config.stabilise.overlong = "truncate"
+    with pytest.raises(ValueError, match="overlong='truncate'"):
+        validate_stabilisers(config)
+
+
+class FakeReferences(NamedTuple):
+    tokens: np.ndarray
+    completion_mask: np.ndarray
+    rewards: np.ndarray
+
+
+def fake_generated(offset: int, width: int, rewards) -> Generated:
+    rows = len(rewards)
+    tokens = np.arange(rows * width).reshape(rows, width) + 1000 * offset
+    rollout = Rollout(
+        tokens=tokens,
+        completion_mask=np.ones((rows, width), bool),
+        logprobs=np.full((rows, width), -1.0, np.float32),
+        raw_logprobs=np.full((rows, width), -1.0, np.float32),
+        prompt_lengths=np.full(rows, 2),
+        lengths=np.arange(rows) + 1,
+        finish_reason=np.ones(rows, np.int32),
+    )
+    rewards = np.asarray(rewards, np.float32)
+    out = RewardOutput(rewards, {"task": rewards}, {"task": offset}, {"task": 0})
+    refs = FakeReferences(tokens[::2], np.ones((rows // 2, width), bool), rewards[::2])
+    return Generated(
+        examples=[f"p{offset}{i}" for i in range(rows // 2)],
+        rollout=rollout,
+        completions=[f"c{offset}{i}" for i in range(rows)],
+        reward_out=out,
+        baseline_rewards=None,
+        work=None,
+        seconds={"rollout": 1.0, "reward": 0.5},
+        references=refs,
+    )
+
+
+def test_take_groups_gathers_rows_across_rounds_of_different_widths():
+    first = fake_generated(0, 4, [1, 1, 0, 1])  # groups of 2: tied, signal
+    second = fake_generated(1, 6, [0, 1, 0, 0])  # signal, tied
+    picked = take_groups([first, second], [(0, 1), (1, 0)], 2, pad_id=-7)
+    assert picked.examples == ["p01", "p10"]
+    assert picked.completions == ["c02", "c03", "c10", "c11"]
+    np.testing.assert_array_equal(picked.reward_out.total, [0, 1, 0, 1])
+    assert picked.rollout.tokens.shape == (4, 6)
+    np.testing.assert_array_equal(picked.rollout.tokens[0], [8, 9, 10, 11, -7, -7])
+    np.testing.assert_array_equal(picked.rollout.tokens[2], [1000, 1001, 1002, 1003, 1004, 1005])
+    assert not picked.rollout.completion_mask[1, 4:].any()
+    np.testing.assert_array_equal(picked.rollout.lengths, [3, 4, 1, 2])
+    assert picked.reward_out.num_errors == {"task": 1} and picked.seconds["rollout"] == 2.0
+    np.testing.assert_array_equal(picked.references.rewards, [0, 0])
+    assert picked.references.tokens.shape == (2, 6)
+
+
+def test_adaptive_entropy_weight_equals_the_constant_one():
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl_llm.algorithms.batch import PolicyBatch
+    from jaxrl_llm.algorithms.policy_loss import PolicyLossConfig, policy_loss
+    from jaxrl_llm.models import ModelConfig, init_model
+
+    model = init_model(
+        ModelConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
+                    num_heads=2, num_kv_heads=1),  # fmt: skip
+        seed=0,
+    )
+    tokens = jax.random.randint(jax.random.key(0), (2, 6), 0, 32)
+    mask = jnp.array([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1]], jnp.float32)
+    batch = PolicyBatch(tokens, mask, jnp.full((2, 6), -3.0), jnp.zeros((2, 6)), jnp.ones(2))
+    fixed, _ = policy_loss(model, batch, config=PolicyLossConfig(entropy_coef=0.03))
+    adaptive, _ = policy_loss(
+        model, batch._replace(entropy_coef=jnp.full((2,), 0.03)), config=PolicyLossConfig()
+    )
+    none, _ = policy_loss(model, batch, config=PolicyLossConfig())
+    assert float(adaptive) == pytest.approx(float(fixed), rel=1e-6)
+    assert float(adaptive) != pytest.approx(float(none), rel=1e-3)

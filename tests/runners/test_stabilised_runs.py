@@ -1,0 +1,68 @@
+"""The stabilisers in tiny GRPO runs: dynamic sampling, overlong shaping, adaptive entropy."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from jaxrl_llm.config import load_config
+from jaxrl_llm.metrics import read_metrics
+from jaxrl_llm.runners import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")
+BASE = {
+    "train.num_steps": 3,
+    "eval.before": False,
+    "eval.after": False,
+    # a reward with spread on a random model: length in words (the task reward is always 0)
+    "rewards.length_weight": 1.0,
+    "rewards.length_max_words": 4,
+}
+
+
+def steps(workdir):
+    return [row for row in read_metrics(str(workdir)) if "train/rows" in row]
+
+
+def test_dynamic_sampling_soft_overlong_and_adaptive_entropy(tmp_path):
+    config = load_config(
+        TINY,
+        {
+            **BASE,
+            "stabilise.dynamic_sampling": True,
+            "stabilise.max_sampling_rounds": 3,
+            "stabilise.overlong": "soft",
+            "stabilise.overlong_cache_tokens": 4,
+            "stabilise.entropy_target": 1.0,  # below a random model's: the weight falls
+            "loss.entropy_coef": 0.001,
+        },
+    )
+    train(config, str(tmp_path), progress=False)
+    rows = steps(tmp_path)
+    assert len(rows) == 3
+    for row in rows:
+        assert 1 <= row["stabilise/sampling_rounds"] <= 3
+        assert 0.0 <= row["stabilise/kept_group_fraction"] <= 1.0
+        # fewer informative groups than needed only after the last round
+        if row["stabilise/kept_group_fraction"] < 1.0:
+            assert row["stabilise/sampling_rounds"] == 3
+        assert -1.0 <= row["stabilise/overlong_penalty"] <= 0.0
+        assert row["train/rows"] == config.rollout.num_prompts * config.rollout.group_size
+    coefs = [row["stabilise/entropy_coef"] for row in rows]
+    assert coefs[0] == 0.001
+    for before, after, row in zip(coefs, coefs[1:], rows, strict=False):
+        # log c <- log c + rate (target - H), rate 0.5, clipped at 1e-6
+        expected = max(before * math.exp(0.5 * (1.0 - row["train/entropy"])), 1e-6)
+        assert after == pytest.approx(expected, rel=1e-6) and after < before
+
+
+def test_overlong_filter_masks_truncated_completions(tmp_path):
+    config = load_config(TINY, {**BASE, "stabilise.overlong": "filter"})
+    train(config, str(tmp_path), progress=False)
+    rows = steps(tmp_path)
+    # a random model rarely ends before max_new_tokens: most rows are filtered
+    fractions = np.array([row["stabilise/filtered_fraction"] for row in rows])
+    eos = np.array([row["completion/eos_fraction"] for row in rows])
+    np.testing.assert_allclose(fractions, 1.0 - eos, atol=1e-6)
