@@ -1,0 +1,34 @@
+"""Issue 42's sweep: which stabilisers keep the default recipe learning (docs/recipe.md).
+
+Each setting runs on the two tuning tasks with three seeds, held-out accuracy every 5 steps; the
+baseline (today's default) is the main job and the transfer table's gcd runs
+(experiments/sweeps/transfer_tasks.py). One process at a time on a 2-core CPU, resumable:
+
+  python -m jaxrl_llm.launch --config experiments/configs/grpo_smollm2.py \
+      --sweep experiments/sweeps/stabilisers.py --seeds 0,1,2 --set eval.every=5 \
+      --sweep_dir runs/seeds/stabilisers --parallel 1
+  python -m jaxrl_llm.report runs/seeds/main_job runs/seeds/transfer runs/seeds/stabilisers \
+      --out docs/reports/stabilisers
+
+The new default is the setting whose worst seed ends within 3 points of its own best
+evaluation and whose mean gain is highest (issue 42, item 3).
+"""
+
+from jaxrl_llm.sweeps import axis, concat, fixed, product
+
+DYNAMIC = {"stabilise.dynamic_sampling": True, "stabilise.max_sampling_rounds": 3}
+ENTROPY = {"stabilise.entropy_target": 0.5, "loss.entropy_coef": 0.001}
+SETTINGS = concat(
+    # dynamic sampling alone: every group of a step carries a gradient
+    fixed(DYNAMIC),
+    # + the soft overlong penalty and an entropy floor (the collapse the progress bar shows)
+    fixed({**DYNAMIC, **ENTROPY, "stabilise.overlong": "soft"}),
+    # + KL to the initial policy (k3, as DeepSeekMath) and a cosine-decaying rate
+    fixed({**DYNAMIC, "loss.kl_beta": 0.04, "optimizer.schedule": "cosine"}),
+    # a lower rate with dynamic sampling (3e-5 collapsed chain_sum at 5e-5 before)
+    fixed({**DYNAMIC, "optimizer.learning_rate": 2e-5}),
+)
+
+
+def sweep():
+    return product(axis("task.name", ["chain_sum", "gcd"]), SETTINGS)
