@@ -248,6 +248,43 @@ def _groups(ins_text: str, num_devices: int | None) -> tuple[tuple[int, ...], ..
     return (tuple(range(num_devices)),) if num_devices else ((),)
 
 
+def tuple_elements(shape: str) -> list[str]:
+    """The top-level elements of an HLO tuple shape, nested tuples kept whole:
+    "((f32[2], f32[3]), (f32[4], f32[6]), u32[])" -> ["(f32[2], f32[3])", "(f32[4], f32[6])",
+    "u32[]"]; a shape that is no tuple is its only element."""
+    shape = shape.strip()
+    if not shape.startswith("("):
+        return [shape]
+    elements, depth, start = [], 0, 1
+    for i, char in enumerate(shape):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:  # the tuple's closing parenthesis
+                elements.append(shape[start:i].strip())
+                break
+        elif char == "," and depth == 1:
+            elements.append(shape[start:i].strip())
+            start = i + 1
+    return [e for e in elements if e]
+
+
+def async_result_shape(opcode: str, shape: str) -> str:
+    """The shape of what an (async) collective delivers, from its instruction's shape.
+
+    A synchronous collective's shape is its result. Of the async `-start` forms, XLA gives
+    `all-reduce-start` the result's shape (a tuple when it reduces several operands), and the
+    others the tuple (operands, results[, context scalars]): `collective-permute-start` is
+    (operand, result, u32[], u32[]), `all-gather-start` (operand, result) or ((operands),
+    (results)); the result is the second top-level element.
+    """
+    if not opcode.endswith("-start") or opcode == "all-reduce-start":
+        return shape
+    elements = tuple_elements(shape)
+    return elements[1] if len(elements) >= 2 else shape
+
+
 def collectives(text: str, devices: Sequence | None = None) -> list[Collective]:
     """Every collective of an optimized HLO module (`compiled.as_text()`).
 
@@ -285,12 +322,7 @@ def collectives(text: str, devices: Sequence | None = None) -> list[Collective]:
                     default=0,
                 )
             op_name = _OP_NAME.search(ins.text)
-            result_shape = ins.shape
-            if ins.opcode.endswith("-start") and result_shape.startswith("("):
-                # (operands, results[, scratch]): the result is the second element.
-                parts = _ARRAY.findall(result_shape)
-                half = len(parts) // 2 or 1
-                result_shape = " ".join(f"{d}[{s}]" for d, s in parts[half : 2 * half])
+            result_shape = async_result_shape(ins.opcode, ins.shape)
             out.append(
                 Collective(
                     kind=kind,

@@ -147,3 +147,52 @@ ENTRY %main (w: (s32[], f32[4])) -> (s32[], f32[4]) {
 """
     [op] = hlo.collectives(text)
     assert op.runs == 7 and op.bytes_received == 32 / 2
+
+
+# Async collectives as XLA writes them. The collective-permute-start line is from a TPU v5e 2x2
+# program compiled on this CPU (jax.shard_map of lax.ppermute, 2026-11-25), its backend config
+# cut; XLA gives all-reduce-start its results' shape, a tuple for several operands.
+ASYNC = """HloModule jit_f, is_scheduled=true, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (param.2: f32[1,1024], p1: f32[1,16], p2: f32[1,4], p3: bf16[1,4], p4: f32[2]) -> f32[1,1024] {
+  %param.2 = f32[1,1024]{1,0:T(1,128)} parameter(0)
+  %p1 = f32[1,16]{1,0} parameter(1)
+  %p2 = f32[1,4]{1,0} parameter(2)
+  %p3 = bf16[1,4]{1,0} parameter(3)
+  %p4 = f32[2]{0} parameter(4)
+  %collective-permute-start = (f32[1,1024]{1,0:T(1,128)}, f32[1,1024]{1,0:T(1,128)S(1)}, u32[]{:S(2)}, u32[]{:S(2)}) collective-permute-start(%param.2), channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}, metadata={op_name="jit(f)/shard_map/ppermute" stack_frame_id=5}
+  %collective-permute-done = f32[1,1024]{1,0:T(1,128)S(1)} collective-permute-done(%collective-permute-start)
+  %all-reduce-start = (f32[1,16]{1,0}, f32[1,4]{1,0}) all-reduce-start(%p1, %p2), channel_id=2, replica_groups={{0,1,2,3}}, to_apply=%add
+  %all-reduce-done = (f32[1,16]{1,0}, f32[1,4]{1,0}) all-reduce-done(%all-reduce-start)
+  %all-gather-start = ((bf16[1,4]{1,0}, f32[2]{0}), (bf16[4,4]{1,0}, f32[8]{0})) all-gather-start(%p3, %p4), channel_id=3, replica_groups={{0,1,2,3}}, dimensions={0}
+  %all-gather-done = (bf16[4,4]{1,0}, f32[8]{0}) all-gather-done(%all-gather-start)
+  ROOT %out = f32[1,1024]{1,0} copy(%collective-permute-done)
+}
+"""
+
+
+def test_async_start_ops_count_their_results():
+    ops = {op.kind: op for op in hlo.collectives(ASYNC)}
+    assert set(ops) == {"collective-permute", "all-reduce", "all-gather"}
+    # the permuted array, not the two u32 context scalars after it (8 bytes before the fix)
+    assert ops["collective-permute"].result_bytes == 1024 * 4
+    assert ops["collective-permute"].bytes_received == 4096.0
+    # every result of a two-operand all-reduce-start (it has no operand half)
+    assert ops["all-reduce"].result_bytes == (16 + 4) * 4
+    # the results tuple of a two-operand all-gather-start, not its operands
+    assert ops["all-gather"].result_bytes == 16 * 2 + 8 * 4
+
+
+def test_tuple_elements_keep_nested_tuples_whole():
+    assert hlo.tuple_elements("((f32[2], f32[3]{0}), (f32[4], f32[6]), u32[])") == [
+        "(f32[2], f32[3]{0})",
+        "(f32[4], f32[6])",
+        "u32[]",
+    ]
+    assert hlo.tuple_elements("f32[1,2]{1,0}") == ["f32[1,2]{1,0}"]
