@@ -47,6 +47,8 @@ class CollectiveRecord:
     dims_spanned: int
     computation: str
     op_name: str
+    per_iteration: int | None = None
+    loop: str = ""
 
     @property
     def bytes_received(self) -> float:
@@ -108,13 +110,17 @@ class ProgramReport:
     def comm_seconds(self, chip: Chip, *, per_iteration: bool = False) -> float:
         """Seconds of collectives per program call on `chip`'s ICI (`Chip.collective_bandwidth`
         per op); loops of unknown trip count (the decode loop) are left out, or with
-        `per_iteration` they alone are counted, for one iteration of the largest loop body."""
+        `per_iteration` they alone are counted: for one iteration of such a loop, every op in
+        its body and in the loops nested in it times their trip counts (a layer scan inside
+        the decode loop counts once per layer), the costliest such loop when there are several."""
         if per_iteration:
             by_loop: dict[str, float] = {}
             for op in self.collectives:
                 if op.runs is None:
-                    seconds = op.bytes_received / chip.collective_bandwidth(op.dims_spanned)
-                    by_loop[op.computation] = by_loop.get(op.computation, 0.0) + seconds
+                    times = 1 if op.per_iteration is None else op.per_iteration
+                    seconds = times * op.bytes_received / chip.collective_bandwidth(op.dims_spanned)
+                    key = op.loop or op.computation
+                    by_loop[key] = by_loop.get(key, 0.0) + seconds
             return max(by_loop.values(), default=0.0)
         return sum(
             op.bytes_received * op.runs / chip.collective_bandwidth(op.dims_spanned)
@@ -149,6 +155,7 @@ class ProgramReport:
 _PROGRAM_SOURCES = (
     "models", "training", "rollout", "sharding", "roles", "algorithms", "losses", "constraints",
     "advantages.py", "config.py", "scale/programs.py",
+    "scale/hlo.py",  # reports store the parsed collectives: a parser change re-reads them
 )  # fmt: skip
 
 
@@ -273,6 +280,8 @@ def analyze(program: Program, cache: CompileCache | None = None) -> ProgramRepor
                 op.dims_spanned,
                 op.computation,
                 op.op_name,
+                op.per_iteration,
+                op.loop,
             )
             for op in ops
         ),  # fmt: skip

@@ -71,6 +71,11 @@ class Collective(NamedTuple):
       computation: the HLO computation holding it.
       op_name: the JAX source path from its metadata (e.g. ".../while/body/...").
       dims_spanned: torus dimensions its groups cross (0 when devices were not given).
+      per_iteration: with `runs=None`, executions per iteration of the innermost enclosing
+        loop of unknown trip count (the product of the known trip counts between that loop's
+        body and the op: a layer scan inside the decode loop multiplies by the layers); else
+        None.
+      loop: with `runs=None`, the body computation of that loop; else "".
     """
 
     kind: str
@@ -82,6 +87,8 @@ class Collective(NamedTuple):
     computation: str
     op_name: str
     dims_spanned: int = 0
+    per_iteration: int | None = None
+    loop: str = ""
 
     @property
     def bytes_received(self) -> float:
@@ -175,9 +182,14 @@ def _trip_count(condition: list[_Instruction]) -> int | None:
     return None
 
 
-def _multipliers(computations, entry: str) -> dict[str, int | None]:
-    """Executions per program call of every computation reachable from the entry."""
+def _multipliers(
+    computations, entry: str
+) -> tuple[dict[str, int | None], dict[str, tuple[str, int]]]:
+    """Executions per program call of every computation reachable from the entry, and for the
+    computations inside a loop of unknown trip count, (that loop's body, executions per
+    iteration of it)."""
     runs: dict[str, int | None] = {entry: 1}
+    local: dict[str, tuple[str, int]] = {}
     stack = [entry]
     while stack:
         name = stack.pop()
@@ -203,13 +215,25 @@ def _multipliers(computations, entry: str) -> dict[str, int | None]:
                     inner = None if (outer is None or trip is None) else outer * (trip + 1)
                 else:
                     inner = outer
+                # per iteration of the innermost unknown loop: a new one starts at its body
+                if attr in ("body", "condition") and trip is None:
+                    mine = (callee if attr == "body" else dict(callees)["body"], 1)
+                elif name in local:
+                    times = {"body": trip, "condition": (trip or 0) + 1}.get(attr, 1)
+                    mine = (local[name][0], local[name][1] * times)
+                else:
+                    mine = None
                 if callee in runs:  # reached twice (shared computation): add up
                     old = runs[callee]
                     runs[callee] = None if old is None or inner is None else old + inner
+                    if mine is not None and callee in local and local[callee][0] == mine[0]:
+                        local[callee] = (mine[0], local[callee][1] + mine[1])
                     continue
                 runs[callee] = inner
+                if mine is not None:
+                    local[callee] = mine
                 stack.append(callee)
-    return runs
+    return runs, local
 
 
 def _groups(ins_text: str, num_devices: int | None) -> tuple[tuple[int, ...], ...]:
@@ -299,7 +323,7 @@ def collectives(text: str, devices: Sequence | None = None) -> list[Collective]:
     computations, entry = _parse(text)
     if entry is None:
         raise ValueError("collectives: no ENTRY computation in this HLO text.")
-    runs = _multipliers(computations, entry)
+    runs, local = _multipliers(computations, entry)
     devices = list(devices) if devices is not None else None
     partitions = re.search(r"num_partitions=(\d+)", text)
     num_devices = len(devices) if devices else (int(partitions.group(1)) if partitions else None)
@@ -334,6 +358,8 @@ def collectives(text: str, devices: Sequence | None = None) -> list[Collective]:
                     computation=comp_name,
                     op_name=op_name.group(1) if op_name else "",
                     dims_spanned=spanned,
+                    per_iteration=local[comp_name][1] if runs[comp_name] is None else None,
+                    loop=local[comp_name][0] if runs[comp_name] is None else "",
                 )
             )
     return out

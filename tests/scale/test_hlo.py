@@ -196,3 +196,76 @@ def test_tuple_elements_keep_nested_tuples_whole():
         "u32[]",
     ]
     assert hlo.tuple_elements("f32[1,2]{1,0}") == ["f32[1,2]{1,0}"]
+
+
+# A decode loop of unknown trip count (it also stops on data) whose body holds its own
+# all-reduce and a layer scan of 4 iterations with an all-gather in it.
+NESTED = """HloModule jit_decode, is_scheduled=true, num_partitions=4
+
+%layer_cond (q: (s32[], f32[8])) -> pred[] {
+  %q = (s32[], f32[8]) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %four = s32[] constant(4)
+  ROOT %lt = pred[] compare(%j, %four), direction=LT
+}
+
+%layer_body (q: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %q = (s32[], f32[8]) parameter(0)
+  %y = f32[2]{0} get-tuple-element(%q), index=1
+  %ag = f32[8]{0} all-gather(%y), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  ROOT %t = (s32[], f32[8]) tuple(%j, %ag)
+}
+
+%decode_cond (r: (s32[], pred[])) -> pred[] {
+  %r = (s32[], pred[]) parameter(0)
+  %k = s32[] get-tuple-element(%r), index=0
+  %limit = s32[] constant(64)
+  %lt3 = pred[] compare(%k, %limit), direction=LT
+  %live = pred[] get-tuple-element(%r), index=1
+  ROOT %both = pred[] and(%lt3, %live)
+}
+
+%decode_body (r: (s32[], pred[])) -> (s32[], pred[]) {
+  %r = (s32[], pred[]) parameter(0)
+  %h = f32[16]{0} parameter(1)
+  %ar = f32[16]{0} all-reduce(%h), channel_id=2, replica_groups={{0,1,2,3}}, to_apply=%add
+  %layers = (s32[], f32[8]) while(%r), condition=%layer_cond, body=%layer_body
+  ROOT %t3 = (s32[], pred[]) tuple(%k, %live)
+}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: (s32[], pred[])) -> (s32[], pred[]) {
+  %p = (s32[], pred[]) parameter(0)
+  ROOT %w = (s32[], pred[]) while(%p), condition=%decode_cond, body=%decode_body
+}
+"""
+
+
+def test_nested_loops_count_per_iteration_of_the_unknown_loop():
+    ops = {op.kind: op for op in hlo.collectives(NESTED)}
+    assert ops["all-reduce"].runs is None and ops["all-gather"].runs is None
+    assert ops["all-reduce"].per_iteration == 1 and ops["all-gather"].per_iteration == 4
+    assert ops["all-reduce"].loop == ops["all-gather"].loop == "decode_body"
+
+
+def test_per_iteration_seconds_sum_the_body_and_its_nested_scan():
+    from jaxrl_llm.scale.analysis import CollectiveRecord, ProgramReport
+    from jaxrl_llm.scale.chips import chip
+
+    records = tuple(
+        CollectiveRecord(op.kind, op.result_bytes, op.group_size, op.num_groups, op.runs,
+                         op.dims_spanned, op.computation, op.op_name, op.per_iteration, op.loop)
+        for op in hlo.collectives(NESTED)
+    )  # fmt: skip
+    report = ProgramReport("decode", {"data": 4}, 1, 0, 0, 0, 0, 0, 0.0, 0.0, records)
+    v5e = chip("v5e")
+    # all-reduce of 64 bytes over 4: 2 * 64 * 3/4 = 96; all-gather of 32 bytes: 32 * 3/4 = 24,
+    # four times a decode step (the old "largest computation" rule gave max(96, 24) = 96)
+    expected = (96 + 4 * 24) / v5e.collective_bandwidth(1)
+    assert report.comm_seconds(v5e, per_iteration=True) == pytest.approx(expected)
+    assert report.comm_seconds(v5e) == 0.0  # nothing outside the unknown loop
