@@ -184,9 +184,11 @@ def forward_cost(
     *,
     attention_kernel: bool = False,
     with_unembedding: bool = True,
+    scalar_head: bool = False,
 ) -> PhaseCost:
     """One forward pass of `rows` sequences of `length` tokens (reference, critic, reward model
-    log-probs / scores), per device."""
+    log-probs / scores), per device. `scalar_head`: a value or reward model's [D] head on every
+    token instead of the [D, V] unembedding (a scalar-head model has none)."""
     attn_p, mlp_p = layer_params(config)
     b = _dtype_bytes(config)
     rows_local = rows / split.rows
@@ -213,7 +215,10 @@ def forward_cost(
         else float(np.sum(_SCORE_PASSES * 4 * rows_local * length * keys * n)) / split.heads
     )
     hbm = weights + act + scores
-    if with_unembedding:
+    if scalar_head:
+        flops += 2 * tokens * config.hidden_size
+        hbm += config.hidden_size * 4  # the float32 head
+    elif with_unembedding:
         unembed = config.hidden_size * config.vocab_size / split.vocab
         flops += 2 * tokens * unembed
         hbm += unembed * b
@@ -232,14 +237,16 @@ def train_step_cost(
     attention_kernel: bool = False,
     trained_params: int | None = None,
     logprob_block_t: int | None = None,
+    scalar_head: bool = False,
 ) -> PhaseCost:
     """One optimizer update on `rows` sequences of `length` tokens, per device.
 
     Layers: forward, backward (2x: activations and weights; 1x with LoRA, whose base weights
     get no gradient), plus a recomputed forward under remat="full" (the attention scores alone
     under "dots"). Unembedding: `LOGPROB_MATMULS[logprob_implementation]` matmuls, the [D, V]
-    matrix read once per row block of `logprob_block_t` tokens (default: the kernel's block). Optimizer: AdamW reads the
-    parameters, gradients and two moments and writes three of them.
+    matrix read once per row block of `logprob_block_t` tokens (default: the kernel's block);
+    with `scalar_head` (the critic's train step) a [D] head instead, forward and backward.
+    Optimizer: AdamW reads the parameters, gradients and two moments and writes three of them.
     """
     fwd = forward_cost(config, rows, length, split, attention_kernel=attention_kernel,
                        with_unembedding=False)  # fmt: skip
@@ -256,13 +263,19 @@ def train_step_cost(
     if remat == "dots":
         flops += score_flops  # attention's batched dots are recomputed
     hbm = fwd.hbm_bytes * (1 + backward + recompute)
-    unembed = config.hidden_size * config.vocab_size / split.vocab
-    matmuls = LOGPROB_MATMULS.get(logprob_implementation, 4)
-    if logprob_block_t is None:  # the kernel's own row block for this width
-        impl = logprob_implementation if logprob_implementation in ("xla", "pallas_tpu") else "xla"
-        logprob_block_t = default_config(impl, model_dim=config.hidden_size).block_t
-    flops += matmuls * 2 * tokens * unembed
-    hbm += matmuls * np.ceil(tokens / logprob_block_t) * unembed * b
+    if scalar_head:  # [B, T, D] @ [D]: forward, then the activations' and the head's gradients
+        flops += 3 * 2 * tokens * config.hidden_size
+        hbm += 3 * config.hidden_size * 4
+    else:
+        unembed = config.hidden_size * config.vocab_size / split.vocab
+        matmuls = LOGPROB_MATMULS.get(logprob_implementation, 4)
+        if logprob_block_t is None:  # the kernel's own row block for this width
+            impl = (
+                logprob_implementation if logprob_implementation in ("xla", "pallas_tpu") else "xla"
+            )
+            logprob_block_t = default_config(impl, model_dim=config.hidden_size).block_t
+        flops += matmuls * 2 * tokens * unembed
+        hbm += matmuls * np.ceil(tokens / logprob_block_t) * unembed * b
     params = config.num_params() if trained_params is None else trained_params
     local_params = params / (split.weights_fsdp * max(split.mlp, 1))
     flops += 12 * local_params

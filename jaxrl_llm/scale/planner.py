@@ -462,6 +462,7 @@ class Searcher:
                     lora=w.lora and phase == "actor_train",
                     logprob_implementation=self.logprob_implementation(),
                     attention_kernel=self.attention_kernel(),
+                    scalar_head=phase == "critic_train",
                 )._replace(comm_seconds=comm)  # fmt: skip
                 line = costs.roofline(cost, chip)
                 seconds = line.seconds * report.runs
@@ -469,6 +470,7 @@ class Searcher:
                 cost = costs.forward_cost(
                     w.model, w.sequences, w.length, full_split,
                     attention_kernel=self.attention_kernel(),
+                    scalar_head=phase in ("critic_values", "reward_model"),
                 )  # fmt: skip
                 line = costs.roofline(cost._replace(comm_seconds=comm), chip)
                 seconds = line.seconds
