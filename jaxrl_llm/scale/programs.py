@@ -117,16 +117,39 @@ def abstract_policy(workload: Workload) -> Transformer:
     return nnx.eval_shape(build)
 
 
+# Config fields no program reads: the run's length, seeds, data and logging. Every other field
+# is in a program's cache key, so a change anywhere else (rollout.compaction, the optimizer's
+# rate, a loss term ...) compiles anew; a field wrongly kept costs a compile, never a wrong plan.
+UNTRACED_FIELDS = (
+    "seed", "train.checkpoint_every", "train.sample_every",
+    "train.max_time_s", "train.max_consecutive_nonfinite", "eval", "task", "placement",
+)  # fmt: skip
+
+
+def traced_config(config) -> dict:
+    """`config` as a flat {dotted key: value} without `UNTRACED_FIELDS` (placement enters a
+    key as the mesh itself)."""
+    flat = {}
+
+    def walk(tree, prefix):
+        for key, value in tree.items():
+            name = f"{prefix}{key}"
+            if any(name == f or name.startswith(f + ".") for f in UNTRACED_FIELDS):
+                continue
+            if hasattr(value, "items"):
+                walk(value, name + ".")
+            else:
+                flat[name] = value
+
+    walk(config, "")
+    return flat
+
+
 def _key(workload: Workload, phase: str, mesh: Mesh, **extra) -> str:
-    c = workload.config
     fields = dict(
         phase=phase,
         model=repr(workload.model),
-        algorithm=c.algorithm,
-        loss=repr(sorted(c.get("loss", {}).items())),
-        lora=repr(sorted(c.model.lora.items())),
-        remat=c.train.remat,
-        pack=c.train.pack_sequences,
+        config=repr(sorted(traced_config(workload.config).items())),
         shapes=(workload.sequences, workload.prompt_len, workload.response_len,
                 workload.num_minibatches),
         mesh=tuple(mesh.shape.items()),
