@@ -267,7 +267,8 @@ def row_cells(row: Mapping[str, Any]) -> list[str]:
     gain = _pct(row["gain"], signed=True) + ("" if row["gain"].excludes_zero() else " (includes 0)")
     return [
         row["label"],
-        ",".join(map(str, row["seeds"])),
+        ",".join(map(str, row["seeds"]))
+        + (" (a sketch: < 3 seeds)" if len(row["seeds"]) < 3 else ""),
         _pct(row["before"]),
         _pct(row["after"]),
         gain,
@@ -287,7 +288,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
         "Held-out greedy accuracy: mean over seeds with its 95% interval, bootstrapped over "
         "seeds and questions (gain: paired by seed and question); a gain whose interval "
         "includes 0 is marked. Worst drop: the largest fall of one seed from its best held-out "
-        "evaluation to its last, in points.",
+        "evaluation to its last, in points. A group of fewer than 3 seeds is a sketch, not a "
+        "result.",
     ]
     if any(not r["per_question"] for r in rows):
         notes.append("Rows without per-question results resample seeds only.")

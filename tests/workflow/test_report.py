@@ -81,6 +81,7 @@ def test_cli_writes_markdown_and_png(tmp_path):
     assert report.main([f"main={','.join(runs)}", "--out", str(out), "--resamples", "200"]) == 0
     text = (tmp_path / "docs" / "main_job.md").read_text()
     assert "| main | 0,1,2 | 20.0 [" in text and "python -m jaxrl_llm.report" in text
+    assert "sketch: < 3 seeds" not in text.split("result.")[-1]
     with open(tmp_path / "docs" / "main_job.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
