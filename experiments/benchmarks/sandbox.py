@@ -7,7 +7,8 @@ tool call pays before the model's code does any work) under each isolation that 
 "bubblewrap+cgroup" (the default where cgroups are writable), "bubblewrap+watchdog", and the
 previous sandbox's "namespaces" (unshare user + network + pid) and "process group", which run
 only with `unsafe=True`. Median and 90th percentile over `--calls` calls after one warm-up; the
-ratio is against "namespaces", the isolation this sandbox replaced.
+ratio is against "namespaces", the isolation this sandbox replaced. The second line names the
+user and seccomp filter the bubblewrap modes run under (`Isolation.describe()`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main():
     parser.add_argument("--calls", type=int, default=30)
     args = parser.parse_args()
     print(f"# sandbox start-up per call; {datetime.date.today()}; {cpu_description()}")
+    print(f"# {sandbox_isolation.isolation().describe()}")
     print("| isolation | median ms | p90 ms | vs namespaces |")
     print("|---|---|---|---|")
     results = {}

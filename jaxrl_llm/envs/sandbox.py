@@ -6,18 +6,22 @@ a convenience. Each `run_python` call starts `python -I -X utf8 main.py` under t
 isolation this machine allows (`sandbox_isolation.isolation()`, chosen once and named in the
 run's log and metrics):
 
-- files: bubblewrap builds a view of its own: read-only /usr and the interpreter's install, a
-  fresh /proc and /dev, and an empty tmpfs of `disk_mb` MiB as /tmp, the working directory and
-  HOME (the only writable place, so also the bound on disk written; RLIMIT_FSIZE caps one file
-  at 64 MiB). No /etc, /home, /root, /work or host /tmp: no run directory, checkpoint, task data
-  or answers. The code runs as uid 65534 in a user namespace of its own, with no capabilities.
+- files: bubblewrap builds a view of its own: read-only /, /usr, the interpreter's install,
+  /dev (device nodes only) and /proc/sys; no /sys, /etc, /home, /root, /work or host /tmp: no
+  run directory, checkpoint, task data or answers. The only writable places are two tmpfs of
+  `disk_mb` MiB each, /tmp (the working directory and HOME) and /dev/shm, whose pages count
+  against `memory_mb` (RLIMIT_FSIZE caps one file at 64 MiB).
+- user and kernel: uid 65534, never mapped to host root even when the library runs as root
+  (`sandbox_user`), no capabilities, no new user namespaces, and a seccomp filter refusing
+  namespaces, mounts, keyrings, bpf, ptrace and the like (`sandbox_seccomp`).
 - network, processes, IPC, hostname: unshared namespaces; the network namespace has only its
   own loopback, so every connection to the host or beyond fails; the pid namespace shows only
   the code's processes (not the parent's /proc/PID/environ) and dies with it.
 - processes and memory of the whole tree: a cgroup per call (`sandbox_limits`, `max_processes`
-  and `memory_mb` for all processes together; the kernel's OOM killer ends the tree at the
-  limit), or a watchdog polling /proc where cgroups are not writable. RLIMIT_AS = `memory_mb`
-  per process too, so a single huge allocation fails with MemoryError in the child.
+  and `memory_mb` for all processes and their tmpfs together; the kernel's OOM killer ends the
+  tree at the limit; the group is removed after every call, retried and checked), or a
+  watchdog polling /proc where cgroups are not writable. RLIMIT_AS = `memory_mb` per process
+  too, so a single huge allocation fails with MemoryError in the child; RLIMIT_NOFILE = 1024.
 - time: a wall-clock limit of `timeout_s` (the tree is killed), RLIMIT_CPU = ceil(timeout_s) + 1
   CPU seconds per process as a backstop.
 - environment: cleared except PATH, HOME/TMPDIR=/tmp, LANG/LC_ALL=C.UTF-8 and one-thread BLAS
@@ -54,9 +58,12 @@ from typing import NamedTuple
 
 from jaxrl_llm.envs.sandbox_isolation import (
     SANDBOX_DIR,
+    WRITABLE_DIRS,
     Isolation,
+    Launch,
     SandboxUnavailableError,
-    bwrap_argv,
+    bwrap_launch,
+    clean_traceback,
     interpreter,
     isolation,
     require_safe,
@@ -75,6 +82,7 @@ __all__ = [
 
 SANDBOX_STATUSES = ("ok", "error", "timeout", "memory", "killed")
 MAX_FILE_BYTES = 64 * 1024**2
+MAX_OPEN_FILES = 1024  # also bounds the kernel buffers (sockets, pipes) a process can hold
 _SCRIPT_NAME = "main.py"
 _READ_CHUNK_BYTES = 1 << 16
 # Seconds to wait for the output pipes to close and for a killed tree to be reaped.
@@ -186,6 +194,7 @@ def _rlimits(timeout_s: float, memory_mb: int) -> list[tuple[int, tuple[int, int
         (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
         (resource.RLIMIT_FSIZE, MAX_FILE_BYTES, MAX_FILE_BYTES),
         (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_NOFILE, MAX_OPEN_FILES, MAX_OPEN_FILES),
     ]
     limits = []
     for which, soft, hard in wanted:
@@ -219,6 +228,7 @@ class _Command(NamedTuple):
     cwd: str | None  # host working directory (unsafe modes), None inside bubblewrap
     env: dict[str, str]
     pid_namespace: bool  # the tree dies with its init; exit status > 128 is a signal
+    launch: Launch | None = None  # bubblewrap's descriptors (safe modes)
 
 
 def _command(found: Isolation, workdir: str, *, network: bool, disk_mb: int) -> _Command:
@@ -226,13 +236,13 @@ def _command(found: Isolation, workdir: str, *, network: bool, disk_mb: int) -> 
     python, _ = interpreter()
     script = os.path.join(workdir, _SCRIPT_NAME)
     if found.safe:
-        argv = bwrap_argv(found.bwrap, network=network, tmpfs_bytes=disk_mb * 1024**2)
+        launch = bwrap_launch(found, network=network, tmpfs_bytes=disk_mb * 1024**2)
         inside = os.path.join(SANDBOX_DIR, _SCRIPT_NAME)
-        argv += ["--ro-bind", script, inside]
+        argv = [*launch.argv, "--ro-bind", script, inside]
         for key, value in _environment(SANDBOX_DIR).items():
             argv += ["--setenv", key, value]
-        argv += [python, "-I", "-X", "utf8", inside]
-        return _Command(argv, None, {}, pid_namespace=True)
+        argv += launch.command(python, inside)
+        return _Command(argv, None, {}, pid_namespace=True, launch=launch)
     prefix = found.unshare
     if network:
         prefix = tuple(flag for flag in prefix if flag != "--net")
@@ -298,7 +308,8 @@ def run_python(
       max_output_chars: characters kept of stdout (its head) and of stderr (its tail).
       network: allow network access (no network namespace and no socket block).
       max_processes: processes the tree may hold at once (threads too, under a cgroup).
-      disk_mb: the writable /tmp's size in MiB: the most the code can write in all.
+      disk_mb: the size in MiB of each writable tmpfs (/tmp and /dev/shm); what they hold
+        counts against `memory_mb` too.
       unsafe: run even where only an unsafe isolation works (see the module docstring).
 
     Returns:
@@ -318,13 +329,15 @@ def run_python(
                         ("max_output_chars", max_output_chars), ("max_processes", max_processes),
                         ("disk_mb", disk_mb)):  # fmt: skip
         if not value > 0:
-            raise ValueError(f"run_python: {name}={value} must be > 0.")
+            raise ValueError(f"run_python: {name}={value!r} must be > 0; pass a positive number "
+                             f"or leave the default.")  # fmt: skip
     found = require_safe(unsafe=unsafe)
     limits = _rlimits(timeout_s, memory_mb)
     tree = None
     if found.safe:
         mode = "cgroup" if found.mode == "bubblewrap+cgroup" else "watchdog"
-        tree = TreeLimits(max_processes, memory_mb * 1024**2, mode=mode)
+        tree = TreeLimits(max_processes, memory_mb * 1024**2, mode=mode,
+                          tmpfs_dirs=WRITABLE_DIRS)  # fmt: skip
 
     def set_limits():  # in the child between fork and exec: join the cgroups, set rlimits
         if tree is not None:
@@ -338,16 +351,15 @@ def run_python(
             script.write(code)
         command = _command(found, workdir, network=network, disk_mb=disk_mb)
         start = time.perf_counter()
-        process = subprocess.Popen(
-            command.argv,
-            cwd=command.cwd,
-            env=command.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=set_limits,
-        )
+        try:
+            process = subprocess.Popen(
+                command.argv, cwd=command.cwd, env=command.env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                preexec_fn=set_limits, pass_fds=command.launch.pass_fds if command.launch else (),
+            )  # fmt: skip
+        finally:
+            if command.launch is not None:
+                command.launch.close()  # bwrap holds its own copy of the filter's pipe
         if tree is not None:
             tree.watch(process.pid)
         cap_bytes = 4 * max_output_chars + 4
@@ -375,7 +387,9 @@ def run_python(
     stdout, stdout_cut = _decode(stdout_bytes, max_output_chars, keep_tail=False)
     stderr, stderr_cut = _decode(stderr_bytes, max_output_chars, keep_tail=True)
     stderr = stderr.replace(workdir + os.sep, "").replace(SANDBOX_DIR + os.sep, "")
-    if timed_out and command.pid_namespace:  # unshare complains when its child is killed
+    if command.launch is not None:
+        stderr = clean_traceback(stderr)
+    elif timed_out and command.pid_namespace:  # unshare complains when its child is killed
         stderr = _UNSHARE_NOISE.sub("", stderr)
     truncated = stdout_dropped or stderr_dropped or stdout_cut or stderr_cut
     exit_code = None if timed_out else process.returncode

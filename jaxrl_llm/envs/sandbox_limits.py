@@ -11,15 +11,21 @@ limit, and RLIMIT_NPROC counts the host user's processes (and is not enforced fo
              filesystem (root on these machines, or a delegated v2 subtree).
   watchdog   a host thread polling the tree (/proc) every `poll_s`: more processes than the
              limit, or more memory in total (proportional set sizes, so pages a fork shares
-             count once), kills the whole tree. A fork bomb or an
+             count once, plus what the sandbox's tmpfs hold: their used blocks and 1 KiB per
+             inode, read through /proc/PID/root), kills the whole tree. A fork bomb or an
              allocation burst can overshoot between two polls (bounded by the poll interval).
 
 The sandbox joins its group between fork and exec (`TreeLimits.join`, in the child), so
-everything the code starts is in it; `close()` kills what is left and removes the group.
+everything the code starts is in it. `close()` kills what is left, waits until the groups hold
+no process, removes them and checks they are gone, retrying for `REMOVE_DEADLINE_S`; a group
+still there after that (a tree slow to die) goes to a background reaper that keeps trying
+until the interpreter exits, and groups an earlier process left behind (killed before its
+cleanup) are removed by the next process's first probe (`sweep_stale_groups`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import threading
@@ -27,6 +33,13 @@ import time
 import uuid
 
 _CGROUP_ROOT = "/sys/fs/cgroup"
+# Every sandbox group's name starts so (tests and the stale sweep look for it).
+GROUP_PREFIX = "jaxrl_llm_sandbox_"
+# Seconds `close()` retries before it hands a group to the background reaper.
+REMOVE_DEADLINE_S = 10.0
+# Kernel memory the watchdog charges per tmpfs inode (inode + dentry: about 1 KiB), so a flood
+# of empty files counts against the memory bound too.
+INODE_BYTES = 1024
 
 
 def _own_cgroups() -> dict[str, str]:
@@ -54,7 +67,7 @@ class _Groups:
 
     def __init__(self, max_processes: int, memory_bytes: int):
         own = _own_cgroups()
-        name = f"jaxrl_llm_sandbox_{uuid.uuid4().hex[:12]}"
+        name = f"{GROUP_PREFIX}{uuid.uuid4().hex[:12]}"
         self.dirs: list[str] = []
         self.memory_dir: str | None = None
         self.version = 0
@@ -68,6 +81,9 @@ class _Groups:
                     self.dirs.append(path)
                 _write(os.path.join(pids, "pids.max"), str(max_processes))
                 _write(os.path.join(memory, "memory.limit_in_bytes"), str(memory_bytes))
+                if os.path.exists(os.path.join(memory, "memory.memsw.limit_in_bytes")):
+                    # memory + swap: tmpfs pages cannot leave the bound through swap
+                    _write(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(memory_bytes))
                 self.memory_dir = memory
             elif "" in own and os.path.exists(f"{_CGROUP_ROOT}/cgroup.controllers"):
                 self.version = 2
@@ -103,37 +119,121 @@ class _Groups:
         return out
 
     def out_of_memory(self) -> bool:
-        """Whether the kernel hit the memory limit of the group (v1 failcnt, v2 oom events)."""
+        """Whether the kernel hit the memory limit of the group (v1: OOM kills or failure
+        counts of memory and memory + swap; v2: oom events)."""
         if self.memory_dir is None:
             return False
         try:
             if self.version == 1:
-                with open(os.path.join(self.memory_dir, "memory.failcnt")) as f:
-                    return int(f.read().strip() or 0) > 0
+                with open(os.path.join(self.memory_dir, "memory.oom_control")) as f:
+                    control = dict(line.split() for line in f if line.strip())
+                if int(control.get("oom_kill", 0)) > 0:
+                    return True
+                for name in ("memory.failcnt", "memory.memsw.failcnt"):
+                    path = os.path.join(self.memory_dir, name)
+                    if os.path.exists(path):
+                        with open(path) as f:
+                            if int(f.read().strip() or 0) > 0:
+                                return True
+                return False
             with open(os.path.join(self.memory_dir, "memory.events")) as f:
                 events = dict(line.split() for line in f if line.strip())
             return int(events.get("oom_kill", 0)) > 0 or int(events.get("max", 0)) > 0
         except (OSError, ValueError):
             return False
 
-    def remove(self) -> None:
-        """Kills what is left in the groups and removes them."""
-        for _ in range(50):
+    def remove(self, deadline_s: float | None = None) -> bool:
+        """Kills what is left in the groups, waits until they are empty, removes them and
+        checks they are gone, retrying with back-off for `deadline_s` (`REMOVE_DEADLINE_S`);
+        True when all are."""
+        deadline_s = REMOVE_DEADLINE_S if deadline_s is None else deadline_s
+        end, delay = time.monotonic() + deadline_s, 0.002
+        while self.dirs:
             pids = self.pids()
-            if not pids:
-                break
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-            time.sleep(0.01)
-        for path in reversed(self.dirs):
+            if not pids:
+                for path in reversed(self.dirs):
+                    try:
+                        os.rmdir(path)
+                    except OSError:  # EBUSY while a dying task is still counted: retried
+                        pass
+                self.dirs = [path for path in self.dirs if os.path.isdir(path)]
+            if not self.dirs or time.monotonic() > end:
+                break
+            time.sleep(delay)
+            delay = min(2 * delay, 0.1)
+        return not self.dirs
+
+
+_leftovers: list[_Groups] = []  # groups close() could not remove yet
+_leftovers_lock = threading.Lock()
+_reaper_thread: threading.Thread | None = None
+
+
+def _reap_leftovers(deadline_s: float) -> None:
+    """Retries removing the groups `close()` could not, until each is gone (or `deadline_s`)."""
+    with _leftovers_lock:
+        pending = list(_leftovers)
+    done = [groups for groups in pending if groups.remove(deadline_s)]
+    with _leftovers_lock:
+        for groups in done:
+            _leftovers.remove(groups)
+
+
+def _reaper() -> None:
+    while True:
+        time.sleep(1.0)
+        _reap_leftovers(1.0)
+
+
+def _hand_to_reaper(groups: _Groups) -> None:
+    global _reaper_thread
+    with _leftovers_lock:
+        _leftovers.append(groups)
+        if _reaper_thread is None:
+            _reaper_thread = threading.Thread(target=_reaper, name="jaxrl_llm-sandbox-reaper",
+                                              daemon=True)  # fmt: skip
+            _reaper_thread.start()
+            atexit.register(_reap_leftovers, REMOVE_DEADLINE_S)
+
+
+def leftover_groups() -> list[str]:
+    """Group directories of this process's calls not removed yet (the reaper still tries)."""
+    with _leftovers_lock:
+        return [path for groups in _leftovers for path in groups.dirs]
+
+
+def sweep_stale_groups(min_age_s: float = 60.0) -> int:
+    """Removes empty sandbox groups older than `min_age_s` (left by a process killed before
+    its cleanup) beside this process's own groups; returns how many it removed."""
+    own = _own_cgroups()
+    parents = {
+        os.path.join(_CGROUP_ROOT, controller, path.lstrip("/"))
+        for controller, path in own.items()
+        if controller in ("pids", "memory")
+    }
+    if "" in own:
+        parents.add(os.path.join(_CGROUP_ROOT, own[""].lstrip("/")))
+    removed = 0
+    for parent in parents:
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith(GROUP_PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(parent, name)
             try:
-                os.rmdir(path)
+                if time.time() - os.stat(path).st_mtime < min_age_s:
+                    continue
+                os.rmdir(path)  # refused (EBUSY) while any process is in it
+                removed += 1
             except OSError:
                 pass
-        self.dirs = []
+    return removed
 
 
 def _tree(root: int) -> list[int]:
@@ -169,25 +269,59 @@ def _memory_bytes(pid: int) -> int:
         return 0
 
 
+def _tmpfs_bytes(pids: list[int], dirs: tuple[str, ...]) -> int:
+    """What the tmpfs mounted at `dirs` inside the sandbox hold: used blocks plus `INODE_BYTES`
+    per inode, read through the first of `pids` whose root is not the host's (bubblewrap has
+    pivoted into the sandbox's view); 0 before there is one."""
+    host_root = os.stat("/")
+    for pid in pids:
+        try:
+            root = os.stat(f"/proc/{pid}/root")
+            if (root.st_dev, root.st_ino) == (host_root.st_dev, host_root.st_ino):
+                continue
+            total = 0
+            for path in dirs:
+                st = os.statvfs(f"/proc/{pid}/root{path}")
+                total += ((st.f_blocks - st.f_bfree) * st.f_frsize
+                          + (st.f_files - st.f_ffree) * INODE_BYTES)  # fmt: skip
+            return total
+        except OSError:  # the process exited meanwhile: try the next
+            continue
+    return 0
+
+
 class TreeLimits:
     """Process-count and memory limits of one sandboxed process tree (module docstring).
 
     Args:
       max_processes: processes (and threads, for cgroups) the tree may hold at once.
-      memory_bytes: resident memory of the whole tree.
+      memory_bytes: memory of the whole tree, its tmpfs contents included.
       mode: "cgroup" or "watchdog".
       poll_s: the watchdog's interval.
+      tmpfs_dirs: where the sandbox mounts its writable tmpfs (inside its own mount
+        namespace); the watchdog counts what they hold (a cgroup is charged for it anyway).
+
+    Example:
+      >>> limits = TreeLimits(64, 512 << 20, mode="watchdog", tmpfs_dirs=("/tmp",))
+      >>> limits.close()
     """
 
-    def __init__(self, max_processes: int, memory_bytes: int, *, mode: str, poll_s: float = 0.02):
+    def __init__(self, max_processes: int, memory_bytes: int, *, mode: str,
+                 poll_s: float = 0.02, tmpfs_dirs: tuple[str, ...] = ()):  # fmt: skip
         if mode not in ("cgroup", "watchdog"):
             raise ValueError(f"TreeLimits: mode={mode!r} must be 'cgroup' or 'watchdog'.")
         self.mode, self.max_processes, self.memory_bytes = mode, max_processes, memory_bytes
         self._groups = _Groups(max_processes, memory_bytes) if mode == "cgroup" else None
-        self._poll_s = poll_s
+        self._poll_s, self._tmpfs_dirs = poll_s, tuple(tmpfs_dirs)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._closed = False
         self.violation = ""  # what the watchdog killed the tree for
+
+    @property
+    def group_dirs(self) -> list[str]:
+        """The call's cgroup directories not removed yet ([] for the watchdog)."""
+        return list(self._groups.dirs) if self._groups is not None else []
 
     def join(self) -> None:
         """Moves the calling process into the groups (call in the child before exec)."""
@@ -204,9 +338,10 @@ class TreeLimits:
         def loop():
             while not self._stop.wait(self._poll_s):
                 pids = _tree(root_pid)
+                in_tmpfs = _tmpfs_bytes(pids, self._tmpfs_dirs) if self._tmpfs_dirs else 0
                 if len(pids) > self.max_processes + 2:  # bwrap and its init are not the code's
                     self.violation = f"more than {self.max_processes} processes"
-                elif sum(_memory_bytes(p) for p in pids) > self.memory_bytes:
+                elif in_tmpfs + sum(_memory_bytes(p) for p in pids) > self.memory_bytes:
                     self.violation = "memory"
                 else:
                     continue
@@ -226,17 +361,27 @@ class TreeLimits:
             return self._groups.out_of_memory()
         return self.violation == "memory"
 
-    def close(self) -> None:
-        """Stops the watchdog; kills what is left of the tree's groups and removes them."""
+    def close(self) -> bool:
+        """Stops the watchdog; kills what is left of the tree's groups and removes them
+        (module docstring). Returns whether they are gone now (else the reaper has them)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(1.0)
-        if self._groups is not None:
-            self._groups.remove()
+        groups, closed, self._closed = self._groups, self._closed, True
+        if groups is None or not groups.dirs:
+            return True
+        if closed:  # a second close(): the first one removed the groups or handed them over
+            return False
+        if groups.remove():
+            return True
+        _hand_to_reaper(groups)
+        return False
 
 
 def cgroups_work() -> bool:
-    """Whether this process can make a group with pids and memory limits (tried once)."""
+    """Whether this process can make a group with pids and memory limits (tried once); first
+    removes the stale groups an earlier process left (`sweep_stale_groups`)."""
+    sweep_stale_groups()
     try:
         limits = TreeLimits(8, 64 << 20, mode="cgroup")
     except OSError:

@@ -79,11 +79,8 @@ class EpisodeRun(OnlineRun):
         self.task = episode_task(config)
         if self.task.sandbox is not None:
             sandbox = self.task.sandbox
-            print(
-                f"[jaxrl_llm] python tool sandbox: {sandbox.mode}"
-                + ("" if sandbox.safe else f" (UNSAFE, accepted: {sandbox.why_not_safe})"),
-                flush=True,
-            )
+            # the mechanism and the seccomp filter in force (`Isolation.describe`)
+            print(f"[jaxrl_llm] python tool sandbox: {sandbox.describe()}", flush=True)
         self.limits = episode_limits(config)
         self.renderer = EpisodeRenderer(parts.tokenizer)
         super().__init__(config, workdir, algorithm, parts, roles)
@@ -225,8 +222,8 @@ class EpisodeRun(OnlineRun):
         """The episodes' metrics (turns, end reasons, tool calls, per-turn scores, work)."""
         metrics = episode_metrics(generated.episodes)
         metrics.pop("accuracy", None)  # the step's reward/accuracy says it
-        if self.task.sandbox is not None:  # 3 bubblewrap+cgroup ... 0 process group (unsafe)
-            metrics["env/sandbox_level"] = float(self.task.sandbox.level)
+        if self.task.sandbox is not None:  # env/sandbox_level and env/sandbox_seccomp
+            metrics.update(self.task.sandbox.metrics())
         return metrics
 
 

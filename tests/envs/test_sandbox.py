@@ -2,19 +2,25 @@
 
 Most tests run twice: with the isolation detected on this machine (bubblewrap where user
 namespaces work) and with the unsafe process-group fallback, which runs only with unsafe=True.
-The hostile-code suite is tests/envs/test_sandbox_hostile.py.
+The hostile-code suite is tests/envs/test_sandbox_hostile.py. The end of this file checks issue
+44's parts one by one: the seccomp program's decisions on hand-made calls (a small BPF
+interpreter), how the isolation names its user and filter, the launch's tmpfs mounts, the
+non-root launch, and cgroup removal that is retried, handed to a reaper, and swept.
 """
 
+import errno
 import os
+import platform
 import resource
 import signal
+import struct
 import tempfile
 import time
 import uuid
 
 import pytest
 
-from jaxrl_llm.envs import sandbox
+from jaxrl_llm.envs import sandbox, sandbox_limits
 from jaxrl_llm.envs import sandbox_isolation as sandbox_isolation_module
 from jaxrl_llm.envs.sandbox import python_sandbox_tool, run_python, sandbox_isolation
 from jaxrl_llm.envs.sandbox_isolation import (
@@ -22,7 +28,11 @@ from jaxrl_llm.envs.sandbox_isolation import (
     UNSAFE_MODES,
     Isolation,
     SandboxUnavailableError,
+    bwrap_launch,
 )
+from jaxrl_llm.envs.sandbox_limits import TreeLimits, leftover_groups, sweep_stale_groups
+from jaxrl_llm.envs.sandbox_seccomp import seccomp_filter, syscall_number
+from jaxrl_llm.envs.sandbox_user import SandboxUser
 from jaxrl_llm.envs.tools import ToolStatus, call_tool
 
 
@@ -268,3 +278,143 @@ def test_python_tool_through_call_tool():
         ToolStatus.OK,
         "fine\n",
     )  # stderr is not shown on success
+
+
+# Issue 44: the seccomp filter, the user the code runs as, and how both are reported.
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_READ = {"x86_64": 0, "aarch64": 63}  # a call the filter lets through
+_ALLOW, _EPERM, _ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026
+
+
+def _run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+    """What a classic BPF seccomp program returns for one call (the opcodes the filter uses)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    code = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        op, jt, jf, k = code[pc]
+        if op == 0x20:  # ld [k]
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif op == 0x06:  # ret k
+            return k
+        else:  # jeq, jge, jset
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[op]
+            pc += jt if taken else jf
+        pc += 1
+
+
+def test_seccomp_program_decides_each_call_as_written():
+    found = seccomp_filter()
+    if found is None:
+        pytest.skip(f"no seccomp filter for {platform.machine()}")
+    machine = platform.machine()
+    arch, nr = _AUDIT_ARCH[machine], syscall_number
+
+    def decide(name_or_nr, arg0=0, arch=arch):
+        number = nr(name_or_nr) if isinstance(name_or_nr, str) else name_or_nr
+        return _run_bpf(found.program, number, arch, arg0)
+
+    for name in ("unshare", "setns", "mount", "pivot_root", "add_key", "keyctl", "request_key",
+                 "bpf", "perf_event_open", "ptrace", "memfd_create", "shmget"):  # fmt: skip
+        assert decide(name) == _EPERM, name
+    assert decide(_READ[machine]) == _ALLOW
+    assert decide("clone", 17) == _ALLOW  # fork: SIGCHLD
+    assert decide("clone", 0x3D0F00) == _ALLOW  # a pthread's flags
+    for flag in (0x10000000, 0x00020000, 0x02000000, 0x20000000, 0x40000000, 0x08000000):
+        assert decide("clone", flag | 17) == _EPERM, hex(flag)  # CLONE_NEWUSER ... NEWIPC
+    assert decide("clone3") == _ENOSYS  # glibc falls back to clone
+    assert decide(_READ[machine], arch=0x40000003) == _EPERM  # i386 entry
+    if machine == "x86_64":
+        assert decide(0x40000000 | _READ[machine]) == _EPERM  # x32 entry
+    assert found.name == f"jaxrl_llm-deny-v1/{machine}"
+    # load arch, compare, load nr, [x32 check], one compare per refused call, clone3, clone,
+    # load flags, test flags, and the three returns
+    assert len(found.program) == 8 * (3 + (machine == "x86_64") + len(found.refused) + 4 + 3)
+
+
+def test_isolation_names_its_user_and_filter_for_the_log_and_metrics(monkeypatch):
+    found = sandbox.isolation()
+    if not found.safe:
+        pytest.skip(f"no safe isolation here: {found.why_not_safe}")
+    text = found.describe()
+    assert text.startswith(f"{found.mode}; code as uid 65534 = host uid "), text
+    assert f"seccomp jaxrl_llm-deny-v1/{platform.machine()}" in text
+    assert found.metrics() == {"env/sandbox_level": float(found.level), "env/sandbox_seccomp": 1.0}
+    weak = Isolation("namespaces", why_not_safe="bubblewrap is not installed")
+    assert weak.describe() == "namespaces (UNSAFE: bubblewrap is not installed)"
+    assert weak.metrics() == {"env/sandbox_level": 1.0, "env/sandbox_seccomp": 0.0}
+    unfiltered = found._replace(seccomp=None)  # bubblewrap alone is not safe any more
+    assert not unfiltered.safe
+    monkeypatch.setattr(sandbox_isolation_module, "isolation", lambda: unfiltered)
+    with pytest.raises(SandboxUnavailableError):
+        run_python("print(1)")
+
+
+def test_launch_mounts_every_writable_place_as_a_bounded_tmpfs():
+    found = sandbox.isolation()
+    if not found.safe:
+        pytest.skip(f"no safe isolation here: {found.why_not_safe}")
+    launch = bwrap_launch(found, network=False, tmpfs_bytes=2**20)
+    launch.close()
+    joined = " ".join(launch.argv)
+    assert "--ro-bind /proc/sys /proc/sys --dev /dev" in joined
+    assert "--perms 1777 --size 1048576 --tmpfs /dev/shm" in joined
+    assert "--perms 1777 --size 1048576 --tmpfs /tmp" in joined
+    assert launch.argv[-6:] == ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
+    assert "--unshare-net" in launch.argv and "--seccomp" in launch.argv
+    assert launch.seccomp_fd in launch.pass_fds and "/sys" not in launch.argv
+
+
+def test_the_non_root_launch_runs_the_code_as_65534_under_the_filter(monkeypatch):
+    """bubblewrap's own user namespace with --disable-userns, the launch of a non-root caller
+    (run here by whoever runs the tests: as root its uid maps to host root, so only the
+    command line and what the code reports are checked)."""
+    found = sandbox.isolation()
+    if not found.safe:
+        pytest.skip(f"no safe isolation here: {found.why_not_safe}")
+    plain = found._replace(user=SandboxUser(os.geteuid(), disable_userns=True))
+    monkeypatch.setattr(sandbox_isolation_module, "isolation", lambda: plain)
+    code = ("import ctypes, os\ns = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
+            "print(os.getuid(), s['Seccomp'].strip(), s['CapEff'].strip(), "
+            "ctypes.CDLL(None).unshare(0x10000000))")  # fmt: skip
+    result = run_python(code)
+    assert (result.status, result.stdout) == ("ok", "65534 2 0000000000000000 -1\n"), result
+
+
+def test_bad_limits_name_the_field_and_the_fix():
+    with pytest.raises(ValueError, match=r"^run_python: memory_mb=0 must be > 0; pass a posit"):
+        run_python("print(1)", memory_mb=0)
+    with pytest.raises(ValueError, match=r"disk_mb=-1 must be > 0"):
+        run_python("print(1)", disk_mb=-1)
+
+
+def test_stale_groups_of_a_killed_process_are_swept():
+    if sandbox.isolation().mode != "bubblewrap+cgroup":
+        pytest.skip("cgroups are not writable here")
+    limits = TreeLimits(8, 64 << 20, mode="cgroup")  # a group, as a killed process leaves it
+    stale = limits.group_dirs
+    assert stale and all(os.path.isdir(path) for path in stale)
+    assert sweep_stale_groups(min_age_s=3600) == 0  # too young: maybe another process's call
+    assert sweep_stale_groups(min_age_s=0) == len(stale)
+    assert not any(os.path.isdir(path) for path in stale)
+    assert limits.close() and leftover_groups() == []
+
+
+def test_a_group_that_resists_removal_goes_to_the_reaper(monkeypatch):
+    if sandbox.isolation().mode != "bubblewrap+cgroup":
+        pytest.skip("cgroups are not writable here")
+    monkeypatch.setattr(sandbox_limits, "REMOVE_DEADLINE_S", 0.1)
+    limits = TreeLimits(8, 64 << 20, mode="cgroup")
+    groups = limits.group_dirs
+
+    def busy(path):  # as rmdir answers while a dying task is still counted in the group
+        raise OSError(errno.EBUSY, "Device or resource busy", path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "rmdir", busy)
+        assert limits.close() is False and limits.close() is False  # the second is quick
+    assert leftover_groups() == groups
+    deadline = time.monotonic() + 10
+    while leftover_groups() and time.monotonic() < deadline:  # the reaper retries every second
+        time.sleep(0.1)
+    assert leftover_groups() == [] and not any(os.path.isdir(path) for path in groups)
