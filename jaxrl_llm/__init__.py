@@ -1,3 +1,10 @@
 """jaxrl_llm: reinforcement-learning post-training of language models in JAX."""
 
+from jaxrl_llm.platforms import skip_absent_tpu
+
 __version__ = "0.1.0"
+__all__ = ["skip_absent_tpu"]
+
+# Before any backend starts: a CPU machine with the `tpu` extra does not wake libtpu (only the
+# planner needs it, and reaches it on its own). See jaxrl_llm/platforms.py.
+skip_absent_tpu()

@@ -35,8 +35,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict()
     # A registered name, a .gguf file or a Hugging Face directory.
     c.model.name = "smollm2-135m-instruct"
-    # "float32" or "bfloat16" (bfloat16 brings no speed on CPUs without native bf16).
+    # The compute dtype, "float32" or "bfloat16": activations, the KV cache, the rollout's copy
+    # of the weights (bfloat16 brings no speed on CPUs without native bf16).
     c.model.dtype = "float32"
+    # The dtype the weights are stored and trained in ("float32" or "bfloat16"), and so the
+    # optimizer state and checkpoints. "float32" under a bfloat16 dtype is mixed precision: a
+    # float32 master copy and float32 Adam moments, cast to bfloat16 inside each jitted program
+    # (jaxrl_llm.models.precision). "bfloat16" trains the bfloat16 weights themselves, refused
+    # below the learning rate whose updates a bfloat16 weight can keep (about 6e-5).
+    c.model.param_dtype = "float32"
     # "pretrained" loads `name`; "random" keeps its tokenizer and builds a random model of `random`.
     c.model.init = "pretrained"
     # Architecture of a random model (vocabulary from the tokenizer).
@@ -83,12 +90,24 @@ def base_config() -> ml_collections.ConfigDict:
     c.task.instruction_suffix = ""
 
     c.rewards = ml_collections.ConfigDict()
-    # Weight of the task scorer on the last number of the completion (1 = correct).
+    # Weight of the task scorer on the completion's answer (1 = correct; see answer_rule).
     c.rewards.task_weight = 1.0
     # Keep the task scorer's partial credit (reasoning-gym: len(reference) / len(answer) when
     # the reference is a substring). Off: the task reward is 1 for a right answer, else 0;
     # partial credit was farmed on gcd ("315" for 3; docs/recipe.md).
     c.rewards.partial_credit = False
+    # How the task reward reads a completion's answer (jaxrl_llm.rewards.extract_answer):
+    # "last_number" (its last number; pays for ending on a number copied from the question, the
+    # lcm hack of docs/recipe.md) or "stated" (the last number unless it copies a question
+    # number with no "=", "is", "equals", "answer:" ... before it; then the last stated number).
+    # The evaluator reads answers the same way.
+    c.rewards.answer_rule = "last_number"
+    # Chance correction (Cohen's kappa per sample, jaxrl_llm.rewards.chance): a wrong answer a
+    # also costs q(a) / (1 - q(a)), q(a) its share among the training pool's reference answers,
+    # so a constant answer earns 0 in expectation (gcd's "2"); a right answer still earns 1.
+    # Added as the reward "chance" with task_weight; reward/accuracy stays plain correctness.
+    # Needs a task whose answers are single numbers.
+    c.rewards.chance_correction = False
     # Weight of the optional format reward (0 disables it).
     c.rewards.format_weight = 0.0
     # Weight of a reward for length alone (min(words / length_max_words, 1)); 0 disables it.
@@ -107,13 +126,19 @@ def base_config() -> ml_collections.ConfigDict:
     c.rewards.ensemble = "mean"
     c.rewards.ensemble_k = 1.0
     # A process reward model (`process_reward_model` stage): its per-step scores, refined by
-    # `process_refinement` ("none", "clip" with threshold `process_eta`, or "delta"; Gao et al.
-    # 2024) and summed, are added with `process_weight`; "" = none. Steps split on `step_marker`.
+    # `process_refinement` ("none", "clip" with threshold `process_eta` in (0, 1], or "delta";
+    # Gao et al. 2024) and summed, are added with `process_weight`; "" = none. Steps split on
+    # `step_marker`; a completion without it is one step (jaxrl_llm/rewards/process.py).
     c.rewards.process_model = ""
     c.rewards.process_weight = 1.0
     c.rewards.process_refinement = "none"
     c.rewards.process_eta = 0.5
     c.rewards.step_marker = "\n"
+    # Where the process reward enters RL: "summed" into each completion's reward (every
+    # algorithm), or "dense": each step's refined reward on the step's last token and the
+    # success reward on the final token, turned into per-token advantages by a critic's GAE
+    # (PPO only; Gao et al.'s setting). Same return either way; dense changes the credit.
+    c.rewards.process_placement = "summed"
 
     c.rollout = ml_collections.ConfigDict()
     # Prompts per step and completions per prompt (the GRPO group).
@@ -329,6 +354,40 @@ def lora_config_of(config: ml_collections.ConfigDict):
         raise ValueError(f"config.model.lora: {error}".replace("LoraConfig: ", "")) from None
 
 
+DTYPES = ("float32", "bfloat16")
+
+
+def validate_precision(config: ml_collections.ConfigDict) -> None:
+    """Checks `config.model.dtype` / `param_dtype` and that every optimizer section's learning
+    rate makes updates the stored weights can keep (`check_update_precision`). Every stage's
+    config is checked here (RL, SFT, reward models, preference ...).
+
+    Raises:
+      ValueError: naming the field and the fix.
+    """
+    from jaxrl_llm.training.optimizer import check_update_precision
+
+    model = config.model
+    if model.dtype not in DTYPES:
+        raise ValueError(f"config.model.dtype={model.dtype!r} must be one of {DTYPES}.")
+    param_dtype = model.get("param_dtype", model.dtype)
+    if param_dtype not in DTYPES:
+        raise ValueError(f"config.model.param_dtype={param_dtype!r} must be one of {DTYPES}.")
+    if param_dtype == "bfloat16" and model.dtype == "float32":
+        raise ValueError(
+            "config.model.param_dtype='bfloat16' is narrower than config.model.dtype='float32': "
+            "set param_dtype='float32' (or dtype='bfloat16' to compute in bfloat16 too)."
+        )
+    for section in ("optimizer", "critic"):
+        if section in config and "learning_rate" in config[section]:
+            check_update_precision(
+                config[section].learning_rate,
+                param_dtype,
+                lr_field=f"config.{section}.learning_rate",
+                dtype_field="config.model.param_dtype",
+            )
+
+
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first field with an impossible value, and the fix.
 
@@ -370,10 +429,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.model.init={config.model.init!r} must be 'pretrained' or 'random'."
         )
-    if config.model.dtype not in ("float32", "bfloat16"):
-        raise ValueError(
-            f"config.model.dtype={config.model.dtype!r} must be 'float32' or 'bfloat16'."
-        )
+    validate_precision(config)
     lora_config_of(config)  # names a bad config.model.lora field
     from jaxrl_llm.constraints.config import constraint_spec
 
@@ -422,12 +478,43 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.rewards.ensemble={config.rewards.ensemble!r} must be one of "
             f"{ENSEMBLE_MODES} and config.rewards.ensemble_k={config.rewards.ensemble_k} >= 0."
         )
+    from jaxrl_llm.rewards import check_answer_rule, task_answer_prior
+
+    check_answer_rule(config.rewards.get("answer_rule", "last_number"))
+    if config.rewards.get("chance_correction"):
+        if config.env.name:
+            raise ValueError(
+                f"config.rewards.chance_correction=True corrects the single-turn task reward; "
+                f"episodes of config.env.name={config.env.name!r} are scored by their "
+                "environment: set config.rewards.chance_correction=False."
+            )
+        task_answer_prior(config.task, seed=config.seed)  # answers that are not single numbers
     from jaxrl_llm.rewards.refinement import REFINEMENTS
 
     if config.rewards.process_refinement not in REFINEMENTS or not config.rewards.step_marker:
         raise ValueError(
             f"config.rewards.process_refinement={config.rewards.process_refinement!r} must be "
             f"one of {REFINEMENTS}, and config.rewards.step_marker non-empty."
+        )
+    from jaxrl_llm.rewards.process import PLACEMENTS, check_eta
+
+    placement = config.rewards.get("process_placement", "summed")
+    if placement not in PLACEMENTS:
+        raise ValueError(
+            f"config.rewards.process_placement={placement!r} must be one of {PLACEMENTS}."
+        )
+    if config.rewards.process_model and config.rewards.process_refinement == "clip":
+        check_eta(config.rewards.process_eta, field="config.rewards.process_eta")
+    if placement == "dense" and not config.rewards.process_model:
+        raise ValueError(
+            "config.rewards.process_placement='dense' places a process reward model's step "
+            "rewards, and config.rewards.process_model is empty: set it (the "
+            "process_reward_model stage's output) or process_placement='summed'."
+        )
+    if placement == "dense" and config.env.name:
+        raise ValueError(
+            "config.rewards.process_placement='dense' applies to single-turn rollouts, not to "
+            f"episode runs (config.env.name={config.env.name!r}): set process_placement='summed'."
         )
     from jaxrl_llm.roles.placement import validate_placement
 
@@ -447,6 +534,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(e.args[0]) from e
     _check_sections(config, spec)
     spec.validate(config)
+    if placement == "dense" and not spec.make(config).needs("critic"):
+        raise ValueError(
+            f"config.rewards.process_placement='dense' needs an algorithm with a critic, whose "
+            f"GAE turns per-token rewards into advantages; config.algorithm="
+            f"{config.algorithm!r} has none: use PPO (experiments/configs/"
+            "ppo_prm_steps_smollm2.py) or process_placement='summed'."
+        )
 
 
 def eval_task_names(config: ml_collections.ConfigDict) -> list[str]:

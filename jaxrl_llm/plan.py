@@ -45,6 +45,12 @@ _CACHE_DIR = flags.DEFINE_string(
     "Where compiled reports are cached; empty to disable.",
 )
 _OUT = flags.DEFINE_string("out", None, "Directory for plan.md, plans.json, placement.json.")
+_SAVE_EXECUTABLES = flags.DEFINE_bool(
+    "save_executables",
+    False,
+    "Also compile the chosen plan's phases once more and save the executables under "
+    "--out/executables (jaxrl_llm.scale.executables), for a run on the slice to load.",
+)
 _PLACEMENT = flags.DEFINE_string(
     "placement",
     None,
@@ -74,7 +80,12 @@ def _overrides(argv: list[str]) -> dict[str, object]:
 def main(argv):
     if _CONFIG.value is None or _TOPOLOGY.value is None:
         raise app.UsageError("--config and --topology are required.")
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for TPU on this CPU
+    if _SAVE_EXECUTABLES.value and not _OUT.value:
+        raise app.UsageError("--save_executables writes under --out: give --out DIR.")
+    import jax
+
+    if not jax.config.jax_platforms:  # compile for TPU on this CPU; never take a TPU's chips
+        jax.config.update("jax_platforms", "cpu")
     from jaxrl_llm.config import load_config
     from jaxrl_llm.scale import (
         CompileCache,
@@ -82,6 +93,7 @@ def main(argv):
         candidates,
         divisibility_notes,
         get_topology,
+        libtpu_status,
         phases_table,
         plans_table,
         workload_of,
@@ -98,6 +110,7 @@ def main(argv):
         topology = topology._replace(chip=topology.chip.replace(hbm_bytes=_HBM_GIB.value * 2**30))
     chip = topology.chip
     print(f"# {workload.describe()}")
+    print(f"# {libtpu_status()}")
     print(f"# {topology.name}: {topology.num_chips} x {chip.name} ({chip.hbm_bytes / 2**30:.0f} "
           f"GiB HBM, {chip.peak_flops / 1e12:.0f} TFLOP/s bf16)")  # fmt: skip
     searcher = Searcher(
@@ -153,6 +166,12 @@ def main(argv):
             overrides["rollout.decode_batch"] = best.candidate.decode_batch
             with open(os.path.join(_OUT.value, "overrides.json"), "w") as f:
                 json.dump(overrides, f, indent=1)
+            if _SAVE_EXECUTABLES.value:
+                directory = os.path.join(_OUT.value, "executables")
+                saved = searcher.save_executables(best, directory)
+                print(
+                    f"# saved the {', '.join(saved)} executables for {topology.name} in {directory}"
+                )
     sys.exit(0 if best is not None else 1)
 
 

@@ -1,7 +1,7 @@
 """GRPO on Llama-3.1-8B at pod scale: the workload `python -m jaxrl_llm.plan` sizes (docs/scale.md).
 
-64 prompts x 16 completions per step, 1,024 prompt + 4,096 response tokens, bfloat16, 16
-optimizer updates of 64 sequences per step, full remat. The model is the published architecture
+64 prompts x 16 completions per step, 1,024 prompt + 4,096 response tokens, bfloat16 compute
+with float32 master weights and Adam moments (mixed precision), 16 optimizer updates of 64 sequences per step, full remat. The model is the published architecture
 (`jaxrl_llm.models.architectures`), shapes only: plan it on any topology without weights, e.g.
 
     python -m jaxrl_llm.plan --config experiments/configs/grpo_llama8b_pod.py --topology v5e-256
@@ -15,7 +15,10 @@ from jaxrl_llm.config import grpo_config
 def get_config():
     config = grpo_config()
     config.model.name = "llama-3.1-8b"
+    # bfloat16 compute, float32 master weights and optimizer state: at 1e-6 an Adam update is
+    # far below a bfloat16 weight's rounding step (jaxrl_llm.models.precision).
     config.model.dtype = "bfloat16"
+    config.model.param_dtype = "float32"
     config.rollout.num_prompts = 64
     config.rollout.group_size = 16
     config.rollout.min_prompt_bucket = 1024

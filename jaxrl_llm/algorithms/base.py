@@ -11,7 +11,8 @@ No loops, no I/O, no meshes: the runner owns those (`jaxrl_llm.runners`), the ro
 reward are always there; "reference" adds frozen log-probs of the initial policy to the
 experience, "critic" adds the value model's predictions and trains it with `critic_loss`.
 `baseline_rollout` asks the runner for a greedy completion of every prompt and its reward
-(ReMax's baseline).
+(ReMax's baseline); `step_rewards` for the process reward model's steps and the token each ends
+on (dense process rewards).
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ class Experience(NamedTuple):
       turn_rewards: float32 [B, K] each turn's reward of multi-turn episodes (NaN after an
         episode's last turn), else None (`jaxrl_llm.envs`).
       turn_index: int32 [B, T] the turn of each model token of an episode (-1 elsewhere).
+      step_rewards: float32 [B, S] each process-reward step's refined, weighted reward (part of
+        `rewards`; 0 at padding), when the algorithm sets `step_rewards` (dense process rewards).
+      step_columns: int32 [B, S] the column of the token on which each of those steps ends
+        (-1 at padding).
     """
 
     rollout: Any
@@ -81,6 +86,8 @@ class Experience(NamedTuple):
     sources: tuple[str, ...] | None = None
     turn_rewards: np.ndarray | None = None
     turn_index: np.ndarray | None = None
+    step_rewards: np.ndarray | None = None
+    step_columns: np.ndarray | None = None
 
 
 def roles_for(kl_beta: float, *extra: str) -> tuple[str, ...]:
@@ -116,6 +123,9 @@ class Algorithm(NamedTuple):
       reference_template: when set ("The answer is {answer}."), the runner renders each prompt's
         gold answer with it and hands it over, scored, as `Experience.references` (RRHF's
         reference responses).
+      step_rewards: the runner hands the process reward model's steps over as
+        `Experience.step_rewards` / `step_columns` (dense process rewards, PPO with
+        `config.rewards.process_placement = "dense"`).
     """
 
     name: str
@@ -128,6 +138,7 @@ class Algorithm(NamedTuple):
     baseline_rollout: bool = False
     actor_frozen_steps: int = 0
     reference_template: str = ""
+    step_rewards: bool = False
 
     def needs(self, role: str) -> bool:
         """Whether the runner must build `role` for this algorithm."""

@@ -10,6 +10,14 @@ completion b with score s_b (task reward), tokens t of its completion (mask m):
     actor:  agg_t[ max(-A_t rho_t, -A_t clip(rho_t, 1 - e_low, 1 + e_high)) ] - c_H H
     critic: 0.5 agg_t[ max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) ]
 
+With dense process rewards (`config.rewards.process_placement = "dense"`, "On Designing
+Effective RL Reward at Training Time for LLM Reasoning", 2410.15115), a process reward model's
+refined step rewards p'_k leave s_b for the last token of their step c_k:
+
+    r_t   = (s_b - sum_k p'_k) [t = last] + sum_k p'_k [t = c_k] - beta * kl_t
+
+the same undiscounted return, with each step's reward where GAE can credit the tokens before it.
+
 beta is fixed, or moved toward a target KL by the adaptive controller of "Fine-Tuning Language
 Models from Human Preferences" (1909.08593). The critic is a `ScalarHeadModel` (its own train
 state and optimizer, see `jaxrl_llm.roles.critic`), initialised from the policy's trunk or from a
@@ -101,14 +109,31 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 def kl_shaped_token_rewards(
-    scores_b, mask_bt, old_logp_bt, ref_logp_bt, *, beta, estimator: str
+    scores_b,
+    mask_bt,
+    old_logp_bt,
+    ref_logp_bt,
+    *,
+    beta,
+    estimator: str,
+    step_rewards_bs=None,
+    step_columns_bs=None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Token rewards [B, T]: each score on its completion's last token, minus beta * KL per token.
 
-    With `ref_logp_bt` None (or beta 0) only the scores are placed. Metrics: "kl" (mean over
+    With `step_rewards_bs` / `step_columns_bs` ([B, S], dense process rewards) each step's reward
+    moves from the score to the token its step ends on (`losses.step_token_rewards`). With
+    `ref_logp_bt` None (or beta 0) only the scores are placed. Metrics: "kl" (mean over
     sequences of the per-token KL), "kl_sum", "kl_penalty", zeros without a reference.
     """
-    rewards_bt = losses.last_token_rewards(scores_b, mask_bt)
+    if step_rewards_bs is None:
+        rewards_bt = losses.last_token_rewards(scores_b, mask_bt)
+    else:
+        step_rewards_bs = np.asarray(step_rewards_bs, np.float32)
+        outcome_b = np.asarray(scores_b, np.float32) - step_rewards_bs.sum(axis=1)
+        rewards_bt = losses.step_token_rewards(
+            outcome_b, step_rewards_bs, np.asarray(step_columns_bs, np.int32), mask_bt
+        )
     if ref_logp_bt is None:
         zero = np.float32(0.0)
         return rewards_bt, {"kl": zero, "kl_sum": zero, "kl_penalty": zero}
@@ -135,6 +160,7 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
     value_clip = config.critic.value_clip or None
     norm_len = norm_len_for(loss_cfg.agg, config.rollout.max_new_tokens)
     remat = config.train.remat
+    dense = config.rewards.get("process_placement", "summed") == "dense"
 
     def init() -> losses.AdaptiveKLState:
         return losses.adaptive_kl_init(loss_cfg.kl_beta)
@@ -144,6 +170,12 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
         mask_bt = np.asarray(rollout.completion_mask, np.float32)
         old_logp_bt = np.asarray(rollout.logprobs, np.float32)
         scores_b = completion_scores(experience, loss_cfg.missing_eos_penalty)
+        if dense and experience.step_rewards is None:
+            raise ValueError(
+                "ppo: config.rewards.process_placement='dense' needs the experience's "
+                "step_rewards / step_columns (the runner fills them when a process reward model "
+                "is set: config.rewards.process_model)."
+            )
         rewards_bt, kl_metrics = kl_shaped_token_rewards(
             scores_b,
             mask_bt,
@@ -151,6 +183,8 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
             experience.ref_logp,
             beta=state.coef,
             estimator=loss_cfg.kl_estimator,
+            step_rewards_bs=experience.step_rewards if dense else None,
+            step_columns_bs=experience.step_columns if dense else None,
         )
         values_bt = np.asarray(experience.values, np.float32)
         adv_bt, returns_bt = advantages_lib.gae(
@@ -167,6 +201,10 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
         )
         scalars = {k: float(v) for k, v in kl_metrics.items()}
         scalars["kl_coef"] = float(state.coef)
+        if dense:  # steps per completion whose reward landed on a completion token
+            columns = np.asarray(experience.step_columns)
+            on_token = np.take_along_axis(mask_bt > 0, np.maximum(columns, 0), axis=1)
+            scalars["process_steps_placed"] = float(((columns >= 0) & on_token).sum(1).mean())
         return batch, scalars
 
     def update(state, scalars):
@@ -210,6 +248,7 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
         update=update,
         critic_loss=critic_loss,
         actor_frozen_steps=config.critic.warmup_rl_steps,
+        step_rewards=dense,
     )
 
 

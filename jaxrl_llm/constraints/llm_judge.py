@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.data import Example
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.rollout.batching import pack_prompts
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class LLMJudge:
         no = jnp.asarray(_first_token_ids(tokenizer, _NO))
 
         def p_yes(params, tokens_bt, lengths_b):
-            logits_btv = nnx.merge(self.graphdef, params)(tokens_bt).astype(jnp.float32)
+            logits_btv = merge_for_compute(self.graphdef, params)(tokens_bt).astype(jnp.float32)
             last_bv = jnp.take_along_axis(logits_btv, (lengths_b - 1)[:, None, None], axis=1)[:, 0]
             log_yes = jax.nn.logsumexp(last_bv[:, yes], axis=-1)
             log_no = jax.nn.logsumexp(last_bv[:, no], axis=-1)

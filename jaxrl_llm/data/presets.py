@@ -29,7 +29,25 @@ from reasoning_gym.factory import DATASETS
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, close_matches, task_fields
 from jaxrl_llm.data.split import DEFAULT_HELD_OUT_FRACTION
 
-__all__ = ["PRESETS", "TaskPreset", "resolve_task", "task_names", "task_pool", "task_source"]
+__all__ = [
+    "PRESETS",
+    "STEP_INSTRUCTION",
+    "TaskPreset",
+    "resolve_task",
+    "task_names",
+    "task_pool",
+    "task_source",
+]
+
+# The `config.task.instruction_suffix` asking "chain_sum_steps" answers for one operation a
+# line, so a process reward model has steps to score and a policy can repeat one
+# (experiments/configs/ppo_prm_steps_smollm2.py; 1.7 million questions). SmolLM2-135M-Instruct
+# alone follows it poorly: 64 samples at temperature 0.7 had 1.5 steps on average (33% more
+# than one line) and 2% right answers; hence the SFT stage on worked solutions
+# (`jaxrl_llm.data.sft.STEPS_RESPONSE_TEMPLATE`) before the process reward model and RL.
+STEP_INSTRUCTION = (
+    "\nWork it out one operation per line, then write 'The answer is N.' on the last line."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +133,12 @@ PRESETS: Mapping[str, TaskPreset] = MappingProxyType(
             "count_bits",
             dict(min_n=1, max_n=4095),
             "1 bits in a number below 4096",
+        ),
+        "chain_sum_steps": TaskPreset(
+            "chain_sum",
+            dict(min_terms=4, max_terms=5, min_digits=1, max_digits=1),
+            "four or five one-digit terms with + and -: three or four operations, one a line "
+            "with STEP_INSTRUCTION (process reward models' steps)",
         ),
     }
 )

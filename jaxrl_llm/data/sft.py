@@ -14,11 +14,21 @@ from typing import NamedTuple
 from jaxrl_llm.data.example import Example
 from jaxrl_llm.data.jsonl import json_objects
 
-__all__ = ["SftRecord", "read_sft_jsonl", "records_from_examples", "DEFAULT_RESPONSE_TEMPLATE"]
+__all__ = [
+    "DEFAULT_RESPONSE_TEMPLATE",
+    "STEPS_RESPONSE_TEMPLATE",
+    "SftRecord",
+    "read_sft_jsonl",
+    "records_from_examples",
+    "worked_steps",
+]
 
 # How a gold answer becomes a response: the verifiers read the last number, so a short sentence
 # that ends with the answer trains the format the RL stage is scored in.
 DEFAULT_RESPONSE_TEMPLATE = "The answer is {answer}."
+# A worked solution, one operation a line (`worked_steps`), then the answer: the format of
+# process rewards' steps (the "chain_sum_steps" preset).
+STEPS_RESPONSE_TEMPLATE = "{steps}\nThe answer is {answer}."
 
 
 class SftRecord(NamedTuple):
@@ -66,4 +76,45 @@ def records_from_examples(
     """
     if "{answer}" not in template:
         raise ValueError(f"records_from_examples: template {template!r} must contain '{{answer}}'.")
-    return [SftRecord(e.question, template.format(answer=e.answer)) for e in examples]
+    steps = "{steps}" in template
+    return [
+        SftRecord(
+            e.question,
+            template.format(answer=e.answer, steps=worked_steps(e) if steps else ""),
+        )
+        for e in examples
+    ]
+
+
+def worked_steps(example: Example) -> str:
+    """A left-to-right + / - expression worked one operation a line (a template's "{steps}").
+
+    Reads reasoning-gym chain_sum's `metadata["metadata"]["expression"]`.
+
+    Raises:
+      ValueError: the example has no such expression (other tasks, files), naming the fix.
+
+    Example:
+      >>> worked_steps(task_source("chain_sum_steps", seed=0, size=1)[0])   # 0 - 4 - 8 - 7 + 6
+      '0 - 4 = -4\n-4 - 8 = -12\n-12 - 7 = -19\n-19 + 6 = -13'
+    """
+    meta = example.metadata.get("metadata", {}) if isinstance(example.metadata, dict) else {}
+    parts = str(meta.get("expression", "")).split()
+    ok = len(parts) >= 3 and len(parts) % 2 == 1 and all(op in "+-" for op in parts[1::2])
+    try:
+        numbers = [int(x) for x in parts[::2]] if ok else []
+    except ValueError:
+        numbers = []
+    if not numbers:
+        raise ValueError(
+            f"a '{{steps}}' response template needs left-to-right + / - expressions "
+            f"(reasoning-gym chain_sum's metadata 'expression'); {example.source!r} example "
+            f"{example.index} has none: use config.task.name='chain_sum_steps' (or chain_sum), "
+            f"or a template without '{{steps}}'."
+        )
+    lines, total = [], numbers[0]
+    for op, number in zip(parts[1::2], numbers[1:], strict=True):
+        after = total + number if op == "+" else total - number
+        lines.append(f"{total} {op} {number} = {after}")
+        total = after
+    return "\n".join(lines)

@@ -126,7 +126,8 @@ class Evaluator:
     Args:
       model: the policy (`jaxrl_llm.models.Transformer`).
       tokenizer: its tokenizer (chat template, end-of-turn ids).
-      rewards: a `RewardRunner` with a "task" function (accuracy is its score == 1).
+      rewards: a `RewardRunner` with a "task" function (accuracy is its score == 1); the
+        answers maj@k votes over are read with its `answer_rule`, as "task" reads them.
       settings: `EvalSettings`.
 
     Attributes:
@@ -221,7 +222,10 @@ class Evaluator:
                 texts[start : start + chunk], completions, examples[start : start + chunk]
             )
             scores.extend(out.per_function["task"].tolist())
-            answers.extend(extract_answer(c) or None for c in completions)
+            answers.extend(  # read as the "task" reward reads them
+                extract_answer(c, e.question, rule=self.rewards.answer_rule) or None
+                for c, e in zip(completions, examples[start : start + chunk], strict=True)
+            )
             lengths.extend(np.asarray(rollout.lengths).tolist())
             truncated.extend((np.asarray(rollout.finish_reason) == FinishReason.LENGTH).tolist())
         return Decoded(

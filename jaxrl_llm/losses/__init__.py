@@ -26,6 +26,7 @@ from jaxrl_llm.losses.shaping import (
     kl_in_reward,
     last_token_rewards,
     overlong_penalty,
+    step_token_rewards,
 )
 from jaxrl_llm.losses.value import value_loss
 
@@ -64,4 +65,5 @@ __all__ = [
     "kl_in_reward",
     "last_token_rewards",
     "overlong_penalty",
+    "step_token_rewards",
 ]

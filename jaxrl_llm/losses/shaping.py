@@ -1,9 +1,11 @@
-"""Reward shaping: DAPO's overlong penalty, sequence scores placed on the last token, the KL
-penalty folded into token rewards, and the adaptive KL coefficient as an `(init, update)` pair.
+"""Reward shaping: DAPO's overlong penalty, sequence scores placed on the last token, process
+reward models' step rewards placed on each step's last token, the KL penalty folded into token
+rewards, and the adaptive KL coefficient as an `(init, update)` pair.
 """
 
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -77,6 +79,60 @@ def last_token_rewards(scores_b: jax.Array, mask_bt: jax.Array) -> jax.Array:
     last_b = num_tokens - 1 - jnp.argmax(valid_bt[:, ::-1], axis=-1)
     is_last_bt = (jnp.arange(num_tokens)[None, :] == last_b[:, None]) & valid_bt
     return jnp.where(is_last_bt, scores_bt, 0.0)
+
+
+def step_token_rewards(
+    outcome_b: jax.Array,
+    step_rewards_bs: jax.Array,
+    step_columns_bs: jax.Array,
+    mask_bt: jax.Array,
+) -> jax.Array:
+    """Dense process rewards: each step's reward on the step's last token, the outcome on the
+    sequence's last token.
+
+    See "On Designing Effective RL Reward at Training Time for LLM Reasoning" (2410.15115): a
+    process reward model's (refined) score of step k is the reward of the action that ends
+    step k, and the success reward is the reward of the final action:
+
+        r_bt = outcome_b [t = last_b] + sum_k s_bk [t = c_bk]        (0 where m_bt = 0)
+
+    The undiscounted return of a sequence is outcome_b + sum_k s_bk, the summed form's total;
+    what changes is where GAE sees each reward. Steps on the same token add up (the last step
+    may end on the last token); a step whose column is padding (< 0) or not a valid token is
+    dropped, as GAE ignores rewards on masked tokens.
+
+    Args:
+      outcome_b: [B] the score placed on each sequence's last valid token (the success reward).
+      step_rewards_bs: [B, S] step rewards (refined and weighted), 0 at padding.
+      step_columns_bs: [B, S] int, the column of each step's last token; < 0 at padding.
+      mask_bt: [B, T] mask, nonzero on response tokens.
+
+    Returns:
+      [B, T] token rewards.
+
+    Example:
+      >>> step_token_rewards(jnp.array([1.0]), jnp.array([[-0.2, -0.1]]), jnp.array([[1, 2]]),
+      ...                    jnp.array([[0, 1, 1, 1]]))
+      Array([[ 0. , -0.2, -0.1,  1. ]], dtype=float32)
+    """
+    fn = "step_token_rewards"
+    _checks.same_shape(fn, axes="[B, T]", mask_bt=mask_bt)
+    _checks.same_shape(
+        fn, axes="[B, S]", step_rewards_bs=step_rewards_bs, step_columns_bs=step_columns_bs
+    )
+    chex.assert_axis_dimension(
+        step_rewards_bs,
+        0,
+        mask_bt.shape[0],
+        custom_message=f"{fn}: step_rewards_bs has {step_rewards_bs.shape[0]} rows, mask_bt "
+        f"{mask_bt.shape[0]}",
+    )
+    (step_rewards_bs,) = _checks.floating(step_rewards_bs)
+    hits_bst = step_columns_bs[:, :, None] == jnp.arange(mask_bt.shape[-1])[None, None, :]
+    # a select and a sum, not an einsum: exact in float32 on every backend (no bf16 matmul)
+    steps_bt = jnp.where(hits_bst, step_rewards_bs[:, :, None], 0.0).sum(axis=1)
+    rewards_bt = last_token_rewards(outcome_b, mask_bt) + steps_bt
+    return jnp.where(mask_bt > 0, rewards_bt, 0.0)
 
 
 def kl_in_reward(

@@ -1,4 +1,5 @@
-"""Llama-family and Gemma 3 decoders in Flax NNX, their loaders (GGUF, HF) and tokenizer."""
+"""Llama-family and Gemma 3 decoders in Flax NNX, their loaders (GGUF, HF) and tokenizer, and
+mixed precision (`precision`: float32 master weights, programs computing in bfloat16)."""
 
 from jaxrl_llm.models.config import (
     ModelConfig,
@@ -11,6 +12,7 @@ from jaxrl_llm.models.gguf_loader import load_gguf
 from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model, save_scalar_model
 from jaxrl_llm.models.hf import load_hf_directory, save_hf
 from jaxrl_llm.models.layers import LayerKV
+from jaxrl_llm.models.precision import compute_params, frozen_copy, merge_for_compute
 from jaxrl_llm.models.registry import (
     DEFAULT_MODEL,
     KNOWN_MODELS,
@@ -41,12 +43,15 @@ __all__ = [
     "ScalarHeadModel",
     "Tokenizer",
     "Transformer",
+    "compute_params",
     "from_pretrained",
+    "frozen_copy",
     "init_model",
     "interleaved_layer_types",
     "load_gguf",
     "load_hf_directory",
     "load_scalar_model",
+    "merge_for_compute",
     "resolve_model_path",
     "save_hf",
     "save_scalar_model",

@@ -57,7 +57,12 @@ class ModelConfig:
       tie_word_embeddings: unembed with the transposed token embedding (SmolLM2) instead of a head.
       attention_bias: bias on the Q, K and V projections (Qwen2).
       max_position_embeddings: the longest context the model was trained for (informational).
-      dtype: "float32" or "bfloat16": parameters and activations. Log-softmax always upcasts.
+      dtype: "float32" or "bfloat16": the compute dtype (activations, the KV cache, the weights a
+        program reads). Log-softmax always upcasts.
+      param_dtype: the dtype the parameters are stored and trained in; None: `dtype`. "float32"
+        under a "bfloat16" `dtype` is mixed precision: a float32 master copy (and float32
+        optimizer state) that every program casts to `dtype` on entry
+        (`jaxrl_llm.models.precision`), so gradients reach the float32 weights.
       bos_token_id, eos_token_id: ids from the checkpoint, for tokenizers that do not name them.
 
     Gemma 3 fields ("Gemma 3 Technical Report", arXiv:2503.19786); the defaults give Llama:
@@ -92,6 +97,7 @@ class ModelConfig:
     attention_bias: bool = False
     max_position_embeddings: int = 8192
     dtype: str = "float32"
+    param_dtype: str | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     layer_types: tuple[str, ...] | None = None
@@ -107,6 +113,8 @@ class ModelConfig:
     def __post_init__(self):
         if self.layer_types is not None:  # JSON round trips give lists; keep the config hashable
             object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        if self.param_dtype == self.dtype:  # one spelling of "parameters in the compute dtype"
+            object.__setattr__(self, "param_dtype", None)
         if self.head_dim is None:
             if self.num_heads <= 0 or self.hidden_size % self.num_heads:
                 raise ValueError(
@@ -141,6 +149,18 @@ class ModelConfig:
             raise ValueError(f"ModelConfig: head_dim={self.head_dim} must be even for RoPE.")
         if self.dtype not in _DTYPES:
             raise ValueError(f"ModelConfig: dtype={self.dtype!r} is not one of {sorted(_DTYPES)}.")
+        if self.param_dtype is not None:
+            if self.param_dtype not in _DTYPES:
+                raise ValueError(
+                    f"ModelConfig: param_dtype={self.param_dtype!r} is not one of "
+                    f"{sorted(_DTYPES)} (or None for dtype={self.dtype!r})."
+                )
+            if jnp.finfo(self.jnp_param_dtype).nmant < jnp.finfo(self.jnp_dtype).nmant:
+                raise ValueError(
+                    f"ModelConfig: param_dtype={self.param_dtype!r} is narrower than "
+                    f"dtype={self.dtype!r}; store parameters at least as precisely as programs "
+                    f"compute (param_dtype={self.dtype!r} or 'float32')."
+                )
         if self.rms_norm_eps <= 0:
             raise ValueError(f"ModelConfig: rms_norm_eps={self.rms_norm_eps} must be > 0.")
         self._validate_gemma_fields()
@@ -191,8 +211,18 @@ class ModelConfig:
 
     @property
     def jnp_dtype(self):
-        """The jnp dtype named by `dtype`."""
+        """The jnp dtype named by `dtype`: what programs compute in."""
         return _DTYPES[self.dtype]
+
+    @property
+    def jnp_param_dtype(self):
+        """The jnp dtype parameters are stored in (`param_dtype`, else `dtype`)."""
+        return _DTYPES[self.param_dtype or self.dtype]
+
+    @property
+    def mixed_precision(self) -> bool:
+        """Whether parameters are stored wider than programs compute (a master copy)."""
+        return self.jnp_param_dtype != self.jnp_dtype
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (validated again)."""

@@ -244,10 +244,13 @@ def dequantized_tensors(reader, config: ModelConfig, *, source: str = "") -> dic
     return tensors
 
 
-def load_gguf(path: str, *, dtype: str = "float32") -> tuple[Transformer, Tokenizer]:
-    """Loads a Llama/Qwen2/Gemma 3 GGUF file into a `Transformer` and its `Tokenizer`."""
+def load_gguf(
+    path: str, *, dtype: str = "float32", param_dtype: str | None = None
+) -> tuple[Transformer, Tokenizer]:
+    """Loads a Llama/Qwen2/Gemma 3 GGUF file into a `Transformer` and its `Tokenizer`
+    (computing in `dtype`, parameters in `param_dtype`, default `dtype`; see `ModelConfig`)."""
     reader = read_gguf(path)
-    config = config_from_gguf(reader, dtype=dtype, source=path)
+    config = config_from_gguf(reader, dtype=dtype, source=path).replace(param_dtype=param_dtype)
     tokenizer = tokenizer_from_gguf(reader, source=path)
     tensors = dequantized_tensors(reader, config, source=path)
     model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))

@@ -269,8 +269,11 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     return tensors
 
 
-def load_hf_directory(path: str, *, dtype: str = "float32") -> tuple[Transformer, Tokenizer]:
-    """Loads a Llama/Qwen2/Gemma 3 model and its tokenizer from a Hugging Face directory."""
+def load_hf_directory(
+    path: str, *, dtype: str = "float32", param_dtype: str | None = None
+) -> tuple[Transformer, Tokenizer]:
+    """Loads a Llama/Qwen2/Gemma 3 model and its tokenizer from a Hugging Face directory
+    (computing in `dtype`, parameters in `param_dtype`, default `dtype`; see `ModelConfig`)."""
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
         raise FileNotFoundError(f"No config.json in {path!r}: not a Hugging Face model directory.")
@@ -280,6 +283,7 @@ def load_hf_directory(path: str, *, dtype: str = "float32") -> tuple[Transformer
         except json.JSONDecodeError as e:
             raise ValueError(f"{config_file}: not valid JSON ({e}).") from e
     config = config_from_hf(hf_config, dtype=dtype, source=config_file)
+    config = config.replace(param_dtype=param_dtype)
     tensors = _read_safetensors(path)
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
@@ -296,13 +300,14 @@ def save_hf(model: Transformer, tokenizer: Tokenizer | None, path: str, *, dtype
         (`jaxrl_llm.models.lora_export.save_peft_adapter` writes them alone instead).
       tokenizer: written as tokenizer.json + tokenizer_config.json when given.
       path: the output directory (created).
-      dtype: "float32" or "bfloat16" for the weights; defaults to the model's dtype.
+      dtype: "float32" or "bfloat16" for the weights; defaults to the dtype the model stores
+        them in (its float32 master copy under mixed precision, `ModelConfig.param_dtype`).
     """
     if has_adapters(model):  # LoRA: the merged weights W + scale A B (lora_export for PEFT)
         model = merged_model(model)
     os.makedirs(path, exist_ok=True)
     config = model.config
-    dtype = dtype or config.dtype
+    dtype = dtype or config.param_dtype or config.dtype
     hf_config = config_to_hf(config.replace(dtype=dtype))
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2)

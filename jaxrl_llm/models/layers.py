@@ -68,8 +68,10 @@ class RMSNorm(nnx.Module):
 
 
 def rms_norm(config: ModelConfig, dim: int) -> RMSNorm:
-    """An `RMSNorm` of width `dim` with the config's epsilon, dtype and scale offset."""
-    return RMSNorm(dim, eps=config.rms_norm_eps, dtype=config.jnp_dtype, offset=config.norm_offset)
+    """An `RMSNorm` of width `dim` with the config's epsilon, parameter dtype and scale offset."""
+    return RMSNorm(
+        dim, eps=config.rms_norm_eps, dtype=config.jnp_param_dtype, offset=config.norm_offset
+    )
 
 
 def rope_inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None) -> Array:
@@ -130,7 +132,7 @@ class Attention(nnx.Module):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         d, n, k, h = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
-        dt = config.jnp_dtype
+        dt = config.jnp_param_dtype
         self.num_heads, self.num_kv_heads, self.head_dim = n, k, h
         self.q_proj = param(rngs, (d, n, h), dt, ("embed", "heads", "head_dim"))
         self.k_proj = param(rngs, (d, k, h), dt, ("embed", "kv_heads", "head_dim"))
@@ -349,7 +351,7 @@ class SwiGLU(nnx.Module):
     """
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        d, f, dt = config.hidden_size, config.intermediate_size, config.jnp_dtype
+        d, f, dt = config.hidden_size, config.intermediate_size, config.jnp_param_dtype
         self.activation = config.mlp_activation
         self.gate_proj = param(rngs, (d, f), dt, ("embed", "mlp"))
         self.up_proj = param(rngs, (d, f), dt, ("embed", "mlp"))

@@ -86,14 +86,18 @@ def _dtype_name(dtype) -> str:
 
 
 def from_pretrained(
-    name_or_path: str = DEFAULT_MODEL, *, dtype=jnp.float32
+    name_or_path: str = DEFAULT_MODEL, *, dtype=jnp.float32, param_dtype=None
 ) -> tuple[Transformer, Tokenizer]:
     """Loads a model and its tokenizer.
 
     Args:
       name_or_path: a registered name ("smollm2-135m-instruct", "gemma3-270m"), a `.gguf` file,
         or a Hugging Face directory with config.json, *.safetensors and tokenizer.json.
-      dtype: jnp.float32 or jnp.bfloat16 (or their names): parameter and activation dtype.
+      dtype: jnp.float32 or jnp.bfloat16 (or their names): the compute dtype (activations, KV
+        cache, the weights programs read).
+      param_dtype: the dtype the weights are stored in; None: `dtype`. jnp.float32 under a
+        bfloat16 `dtype` keeps a float32 master copy that programs cast on entry (mixed
+        precision, `jaxrl_llm.models.precision`).
 
     Returns:
       (model, tokenizer).
@@ -104,6 +108,7 @@ def from_pretrained(
     """
     path = resolve_model_path(name_or_path)
     dtype = _dtype_name(dtype)
+    param_dtype = None if param_dtype is None else _dtype_name(param_dtype)
     if os.path.isdir(path):
-        return load_hf_directory(path, dtype=dtype)
-    return load_gguf(path, dtype=dtype)
+        return load_hf_directory(path, dtype=dtype, param_dtype=param_dtype)
+    return load_gguf(path, dtype=dtype, param_dtype=param_dtype)

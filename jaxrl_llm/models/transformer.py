@@ -69,7 +69,7 @@ class Transformer(nnx.Module):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
-        dt = config.jnp_dtype
+        dt = config.jnp_param_dtype  # programs cast to config.dtype (models.precision)
         self.embed = param(rngs, (config.vocab_size, config.hidden_size), dt, ("vocab", "embed"))
         self.layers = nnx.List([DecoderLayer(config, rngs=rngs) for _ in range(config.num_layers)])
         self.final_norm = rms_norm(config, config.hidden_size)

@@ -115,7 +115,7 @@ def assign_hf_tensors(
     Raises:
       ValueError: a tensor is missing or has the wrong shape; the message names it.
     """
-    dtype = model.config.jnp_dtype
+    dtype = model.config.jnp_param_dtype
     for name, entry in named_parameters(model).items():
         if name not in tensors:
             raise ValueError(f"{source}: tensor {name!r} is missing from the checkpoint.")

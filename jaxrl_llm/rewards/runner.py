@@ -26,11 +26,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from jaxrl_llm.data import Example
+from jaxrl_llm.rewards.verifiers import check_answer_rule
 
 __all__ = ["RewardFn", "RewardOutput", "RewardRunner"]
 
@@ -56,6 +57,9 @@ class RewardOutput(NamedTuple):
       per_function: name -> [B] float32 unweighted rewards (0 where the call failed).
       num_errors: name -> number of samples whose call raised or returned a bad value.
       num_timeouts: name -> number of samples whose call ran past the time limit.
+      steps: the process reward model's scored steps (`jaxrl_llm.rewards.process.StepRewards`,
+        weighted as in `total`) when the reward role has one, else None: what dense process
+        rewards place on each step's last token.
 
     Example:
       >>> out = RewardRunner({"task": task_reward}, timeout_s=5.0)(prompts, completions, examples)
@@ -67,6 +71,7 @@ class RewardOutput(NamedTuple):
     per_function: dict[str, np.ndarray]
     num_errors: dict[str, int]
     num_timeouts: dict[str, int]
+    steps: Any = None
 
     def metrics(self, prefix: str = "reward") -> dict[str, float]:
         """Flat scalars for logging: batch means of the total and of each function, and counts.
@@ -126,6 +131,10 @@ class RewardRunner:
       max_concurrency: calls running at once (threads). CPU-bound rewards share the GIL, so with
         several running at once each takes longer in wall-clock time; 1 makes `timeout_s` a
         per-call budget of nearly the whole interpreter.
+      answer_rule: the answer rule its "task" function reads answers with
+        (`rewards.ANSWER_RULES`); the evaluator reads the answers it votes over (maj@k) the same
+        way. The runner does not pass it on: whoever builds the functions binds it
+        (`jaxrl_llm.runners.components.build_rewards` does both from `config.rewards.answer_rule`).
 
     Example:
       >>> runner = RewardRunner({"task": task_reward, "format": format_reward},
@@ -142,7 +151,10 @@ class RewardRunner:
         weights: Mapping[str, float] | Sequence[float] | None = None,
         timeout_s: float | None = 5.0,
         max_concurrency: int = 4,
+        answer_rule: str = "last_number",
     ):
+        check_answer_rule(answer_rule, field="RewardRunner(answer_rule=...)")
+        self.answer_rule = answer_rule
         if isinstance(functions, Mapping):
             named = dict(functions)
         else:

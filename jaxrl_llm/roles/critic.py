@@ -5,11 +5,11 @@ from __future__ import annotations
 import jax
 import numpy as np
 import optax
-from flax import nnx
 from jax.sharding import Mesh
 
 from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model
 from jaxrl_llm.models.partitioning import use_layout
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.roles.learner import Learner, place_batch
 from jaxrl_llm.sharding import layout
@@ -35,7 +35,7 @@ def value_fn(graphdef):
     values V(s_t) of int32 [B, T] tokens (column 0 zero)."""
 
     def values(params, tokens_bt):
-        return nnx.merge(graphdef, params).token_scores(tokens_bt)
+        return merge_for_compute(graphdef, params).token_scores(tokens_bt)
 
     return jax.jit(values)
 

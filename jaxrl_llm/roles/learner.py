@@ -8,6 +8,10 @@ the step compiles once per batch shape).
 A model with LoRA adapters (`jaxrl_llm.models.lora.add_adapters`) trains its adapters alone:
 the train state (and so the optimizer state and every checkpoint) holds only the adapters, and
 the base weights stay in `Learner.frozen`, placed once and passed to each step undonated.
+
+Mixed precision (`ModelConfig.param_dtype="float32"`, `dtype="bfloat16"`): the train state, and
+so every checkpoint, holds the float32 master weights and float32 Adam moments; the step casts
+to bfloat16 inside its program. A LoRA base is frozen, so it is kept in bfloat16.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_llm.models.lora import has_adapters, split_adapters
 from jaxrl_llm.models.partitioning import use_layout
+from jaxrl_llm.models.precision import compute_params
 from jaxrl_llm.sharding import (
     TRAIN_RULES,
     Rules,
@@ -95,11 +100,16 @@ def learner_program(
     """The train step of `model` on `mesh` and the model's (trained, frozen) parameter states.
 
     `model` may be concrete or abstract (`nnx.eval_shape`); only shapes and logical axes are
-    read. With LoRA adapters the trained state is the adapters and the frozen one the base.
+    read. With LoRA adapters the trained state is the adapters and the frozen one the base. Under
+    mixed precision (`ModelConfig.param_dtype`) the trained state is the float32 master copy (so
+    is the optimizer state), the step computes in the model's `dtype`, and a LoRA base is
+    returned in that compute dtype (`jaxrl_llm.models.precision`).
     """
     frozen = frozen_shardings = None
     if has_adapters(model):
         graphdef, params, frozen = nnx.split(model, nnx.LoRAParam, nnx.Param)
+        # The frozen base trains not, so it needs no master copy: kept in the compute dtype.
+        frozen = compute_params(model, frozen)
         frozen_shardings = param_shardings(frozen, mesh, rules)
     else:
         graphdef, params = nnx.split(model, nnx.Param)

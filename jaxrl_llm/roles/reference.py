@@ -8,13 +8,13 @@ second copy of the weights), through the graph of the model without adapters.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
 from jaxrl_llm.models.lora import strip_adapters
 from jaxrl_llm.models.partitioning import use_layout
+from jaxrl_llm.models.precision import frozen_copy, merge_for_compute
 from jaxrl_llm.roles.learner import Learner, place_batch, place_params
 from jaxrl_llm.sharding import TRAIN_RULES, Rules, layout, param_shardings
 from jaxrl_llm.training import sequence_logprobs
@@ -25,7 +25,7 @@ def logprob_fn(graphdef, *, temperature: float):
     int32 [B, T] sequences (the `Rollout` layout) at the rollout temperature."""
 
     def logprobs(params, tokens_bt):
-        model = nnx.merge(graphdef, params)
+        model = merge_for_compute(graphdef, params)
         logp_bt, _ = sequence_logprobs(model, tokens_bt, temperature=temperature)
         return logp_bt
 
@@ -37,7 +37,8 @@ class Reference:
 
     Args:
       model: the policy at the start of training; its parameters are copied, so later updates
-        (and donation) of the policy leave the reference intact.
+        (and donation) of the policy leave the reference intact. Under mixed precision the copy
+        is in the compute dtype (`jaxrl_llm.models.precision.frozen_copy`).
       mesh: where the copy lives (the train mesh).
       temperature: the rollout temperature (log-probs are of logits / temperature).
       rules: the layout of the copy (default `TRAIN_RULES`).
@@ -52,7 +53,7 @@ class Reference:
     ):
         self.mesh, self.rules = mesh, rules
         self.graphdef, params = nnx.split(model, nnx.Param)
-        params = jax.tree.map(jnp.copy, params)
+        params = frozen_copy(model, params)  # in the compute dtype under mixed precision
         self.params = place_params(params, param_shardings(params, mesh, rules), donate=True)
         self._logprobs = logprob_fn(self.graphdef, temperature=temperature)
 

@@ -18,6 +18,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.models.heads import ScalarHeadModel
+from jaxrl_llm.models.precision import compute_params, merge_for_compute
 from jaxrl_llm.rewards import RewardOutput, RewardRunner
 from jaxrl_llm.rollout.batching import pack_prompts
 
@@ -27,7 +28,7 @@ def score_fn(graphdef):
     float32 [B] scores read at each row's last real token (int32 [B, T] tokens, [B] lengths)."""
 
     def scores(params, tokens_bt, lengths_b):
-        return nnx.merge(graphdef, params).sequence_scores(tokens_bt, lengths_b)
+        return merge_for_compute(graphdef, params).sequence_scores(tokens_bt, lengths_b)
 
     return jax.jit(scores)
 
@@ -55,7 +56,8 @@ class ModelReward:
             batch_size,
             min_length_bucket,
         )
-        self.graphdef, self.params = nnx.split(model, nnx.Param)
+        self.graphdef, params = nnx.split(model, nnx.Param)
+        self.params = compute_params(model, params)  # frozen: no master copy kept
         self._scores = score_fn(self.graphdef)
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> np.ndarray:
@@ -97,6 +99,11 @@ class RewardRole:
         self.process, self.process_weight = process, process_weight
         self.judges = judges  # a `jaxrl_llm.constraints.JudgeMixture`, or None
 
+    @property
+    def answer_rule(self) -> str:
+        """The answer rule of its reward functions' "task" (`RewardRunner.answer_rule`)."""
+        return self.functions.answer_rule
+
     def without_judges(self) -> RewardRole:
         """The same rewards without the judges (evaluation scores answers, not constraints)."""
         if self.judges is None:
@@ -112,11 +119,16 @@ class RewardRole:
             scores = self.model(prompts, completions)
             total = total + self.model_weight * scores
             per_function["model"] = scores
+        steps = None
         if self.process is not None:  # a `rewards.process.ProcessReward`
-            scores = self.process(prompts, completions)
-            total = total + self.process_weight * scores
-            per_function["process"] = scores
-            per_function["process_steps"] = self.process.last_steps.astype(np.float32)
+            scored = self.process.score(prompts, completions)
+            total = total + self.process_weight * scored.totals
+            per_function["process"] = scored.totals
+            per_function["process_steps"] = np.array(
+                [len(p) for p in scored.probabilities], np.float32
+            )
+            # weighted as they enter the total, for dense placement (`losses.step_token_rewards`)
+            steps = scored.steps._replace(rewards=self.process_weight * scored.steps.rewards)
         if self.judges is not None:  # verdicts, not rewards: they never enter the total
             verdicts = self.judges(prompts, completions, examples)
             for name, row in zip(verdicts.names, verdicts.violations, strict=True):
@@ -126,4 +138,5 @@ class RewardRole:
             per_function=per_function,
             num_errors=out.num_errors,
             num_timeouts=out.num_timeouts,
+            steps=steps,
         )

@@ -33,6 +33,7 @@ from jaxrl_llm.models.lora import (
     split_adapters,
     strip_adapters,
 )
+from jaxrl_llm.models.precision import compute_params
 from jaxrl_llm.rollout import CacheLayout, DecodeWork, Rollout
 from jaxrl_llm.rollout.chat import chat_generation_config, chat_generator
 from jaxrl_llm.rollout.episodes import EpisodeDecoder
@@ -88,7 +89,8 @@ class RolloutWorker:
             raise ValueError(f"lora_rollout={lora_rollout!r} must be one of {ROLLOUT_MODES}.")
         self.lora = has_adapters(model)
         self.lora_rollout = lora_rollout if self.lora else None
-        full = nnx.state(model, nnx.Param)
+        self._policy = model  # the structure `compute_params` reads (adapters included)
+        full = compute_params(model, nnx.state(model, nnx.Param))  # the decode dtype
         # What a sync sends once the rollout holds the base (what crosses to a split rollout
         # mesh): every weight, or with LoRA the adapters alone. Fixed by the model's shapes.
         self.sync_payload_bytes = (
@@ -135,9 +137,18 @@ class RolloutWorker:
             cache_shardings=self._cache_layout,
         )  # fmt: skip
 
+    def in_decode_dtype(self, actor_params: nnx.State) -> nnx.State:
+        """`actor_params` as the decode copy holds them: a mixed-precision actor's float32
+        master weights in the compute dtype (`jaxrl_llm.models.precision.compute_params`); any
+        other state unchanged."""
+        return compute_params(self._policy, actor_params)
+
     def sync(self, actor_params: nnx.State) -> ReshardStats:
         """Lays `actor_params` out in the decode layout on the rollout mesh (device to device).
-        With LoRA only the adapters move (and the base, at the first sync)."""
+        With LoRA only the adapters move (and the base, at the first sync). A mixed-precision
+        actor's float32 master weights are cast to the compute dtype first: the decode copy is
+        bfloat16, and half the bytes move."""
+        actor_params = self.in_decode_dtype(actor_params)
         if self.lora:
             self.params, stats = self._lora_decode_params(actor_params, copy=False)
             return stats
@@ -179,6 +190,9 @@ class RolloutWorker:
         The stats count every leaf written, moved or copied in place (`bytes`), and the
         seconds until the last one is ready.
         """
+        start = time.perf_counter()
+        in_place = {id(x) for x in jax.tree.leaves(actor_params)}  # the actor's buffers
+        actor_params = self.in_decode_dtype(actor_params)
         if self.lora:
             params, stats = self._lora_decode_params(actor_params, copy=True)
             if self.lora_rollout == "apply":  # the base is shared, the adapters written
@@ -186,9 +200,7 @@ class RolloutWorker:
             else:  # the whole merged copy is written
                 written = sum(x.nbytes for x in jax.tree.leaves(params))
             return params, stats._replace(bytes=written)
-        start = time.perf_counter()
         params, stats = reshard(actor_params, self.shardings, donate=False)
-        in_place = {id(x) for x in jax.tree.leaves(actor_params)}
         params = jax.tree.map(lambda x: jnp.copy(x) if id(x) in in_place else x, params)
         leaves = jax.block_until_ready(jax.tree.leaves(params))
         written = sum(x.nbytes for x in leaves)

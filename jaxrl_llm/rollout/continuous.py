@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxrl_llm.models.precision import compute_params, merge_for_compute
 from jaxrl_llm.models.transformer import KVCache, Transformer
 from jaxrl_llm.rollout import batching, kv_cache
 from jaxrl_llm.rollout.decode_state import (
@@ -99,7 +100,7 @@ def _admit(
 ) -> _Pool:
     """Prefills k prompts (rows `rows_k`) and installs them in slots `slots_k` (index num_slots:
     a padding entry, dropped); samples and records their first token."""
-    model = nnx.merge(graphdef, state)
+    model = merge_for_compute(graphdef, state)
     prompt_bucket = pool.rows.tokens.shape[1] - static.max_new_tokens
     cache_dtype = None if static.cache_dtype is None else jnp.dtype(static.cache_dtype)
     logits_kv, cache = _shared_prefill(
@@ -136,7 +137,7 @@ def _decode(
     cache_shardings,
 ) -> _Pool:
     """Decodes every slot until at least `refill_at` slots are free or all are."""
-    model = nnx.merge(graphdef, state)
+    model = merge_for_compute(graphdef, state)
     num_slots = pool.slots.rows.shape[0]
 
     def cond(p: _Pool):
@@ -221,6 +222,9 @@ class ContinuousGenerator(Generator):
         graphdef, state = nnx.split(self.model)
         if params is not None:
             state = params
+        # Every admit and decode program reads these weights: cast a mixed-precision master
+        # copy to the compute dtype once here, not once per program call.
+        state = compute_params(self.model, state)
         kw = dict(graphdef=graphdef, static=static, cache_shardings=self.cache_shardings)
         eos, stop = jnp.asarray(self._eos), jnp.asarray(self._stop)
         pool = self._empty_pool(packed.tokens[:num_rows])

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.rollout import batching, kv_cache
 from jaxrl_llm.rollout.decode_state import (
@@ -166,7 +167,7 @@ def finish_decode(s: _LoopState, inputs: PaddedInputs) -> tuple[Rollout, DecodeW
 @functools.partial(jax.jit, static_argnames=("graphdef", "static", "cache_shardings"))
 def _generate_padded(state, inputs: PaddedInputs, *, graphdef, static: _Static, cache_shardings):
     _TRACES["generate"] += 1
-    model = nnx.merge(graphdef, state)
+    model = merge_for_compute(graphdef, state)  # cast once per rollout, not per token
     s = start_decode(model, inputs, static=static, cache_shardings=cache_shardings)
     # Compaction: stage i decodes a batch of stages[i] slots until its live rows fit the next
     # stage, then the live rows are gathered into the smaller batch.

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.models.transformer import KVCache, Transformer
 from jaxrl_llm.rollout import batching, kv_cache
 from jaxrl_llm.rollout.decode_state import decode_step, next_token_logits, per_row_values
@@ -231,7 +232,7 @@ def _append(
     """Appends `new_sc[s, :count_s[s]]` to the row of slot s (now `slot_rows_s[s]`) through the
     model at the row's next positions, and samples the first token of its next turn; slots with
     `count_s == 0` are untouched."""
-    model = nnx.merge(graphdef, state)
+    model = merge_for_compute(graphdef, state)
     rows = pool.rows
     width = rows.tokens.shape[1]
     r = slot_rows_s
@@ -294,7 +295,7 @@ def _decode(
 ) -> EpisodePool:
     """Decode steps over every slot until `target` of the turns running at entry have ended
     (or none runs)."""
-    model = nnx.merge(graphdef, state)
+    model = merge_for_compute(graphdef, state)
     width = pool.rows.tokens.shape[1]
     n = pool.slots.rows.shape[0]
     running_at_entry = pool.rows.decoding[pool.slots.rows]

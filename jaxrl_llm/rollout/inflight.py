@@ -30,6 +30,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.rollout.decode_state import DecodeWork, compact, decode_until, live_rows
 from jaxrl_llm.rollout.engine import Generator, PaddedInputs, finish_decode, start_decode
 from jaxrl_llm.rollout.types import Rollout
@@ -61,13 +62,13 @@ class InflightRollout(NamedTuple):
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _start(params, inputs: PaddedInputs, *, graphdef, static, cache_shardings):
-    model = nnx.merge(graphdef, params)
+    model = merge_for_compute(graphdef, params)
     return start_decode(model, inputs, static=static, cache_shardings=cache_shardings)
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC, donate_argnames=("state",))
 def _chunk(params, state, inputs, until, next_size, *, graphdef, static, cache_shardings):
-    model = nnx.merge(graphdef, params)
+    model = merge_for_compute(graphdef, params)
     return decode_until(
         model,
         state,

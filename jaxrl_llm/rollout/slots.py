@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.models.transformer import KVCache, Transformer
 from jaxrl_llm.rollout import kv_cache
 from jaxrl_llm.rollout.decode_state import decode_step, prefill
@@ -124,7 +125,7 @@ class SlotDecoder:
         self.cache_shardings = cache_shardings
 
     def _model(self, params) -> Transformer:
-        return nnx.merge(self.graphdef, params)
+        return merge_for_compute(self.graphdef, params)
 
     def init_state(self) -> SlotState:
         """Empty slots: zero cache, every slot parked at position 0."""

@@ -23,12 +23,15 @@ from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretraine
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import load_scalar_model
 from jaxrl_llm.models.lora import add_adapters, strip_adapters
+from jaxrl_llm.models.precision import frozen_copy
 from jaxrl_llm.models.registry import resolve_model_path
 from jaxrl_llm.rewards import (
     RewardRunner,
+    chance_correction,
     exact_task_reward,
     format_reward,
     length_reward,
+    task_answer_prior,
     task_reward,
 )
 from jaxrl_llm.rewards.ensemble import EnsembleReward
@@ -60,8 +63,11 @@ class RunParts(NamedTuple):
 
 def load_policy(config: ml_collections.ConfigDict) -> tuple[Transformer, Tokenizer]:
     """The policy and tokenizer named by `config.model` (pretrained or random with its tokenizer)."""
+    # Mixed precision: weights stored in param_dtype (the float32 master), programs compute in
+    # dtype (`jaxrl_llm.models.precision`).
+    param_dtype = config.model.get("param_dtype", config.model.dtype)
     if config.model.init == "pretrained":
-        return from_pretrained(config.model.name, dtype=config.model.dtype)
+        return from_pretrained(config.model.name, dtype=config.model.dtype, param_dtype=param_dtype)
     path = resolve_model_path(config.model.name)
     if path.endswith(".gguf"):
         tokenizer = tokenizer_from_gguf(read_gguf(path), source=path)
@@ -77,6 +83,7 @@ def load_policy(config: ml_collections.ConfigDict) -> tuple[Transformer, Tokeniz
         num_kv_heads=r.num_kv_heads,
         tie_word_embeddings=True,
         dtype=config.model.dtype,
+        param_dtype=param_dtype,
         eos_token_id=tokenizer.eos_token_id,
     )
     return init_model(model_config, seed=config.seed), tokenizer
@@ -92,12 +99,25 @@ def with_lora(model: Transformer, config: ml_collections.ConfigDict) -> Transfor
 def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
     """The weighted reward functions of `config.rewards` ("task" always present for accuracy).
 
+    "task" reads answers with `config.rewards.answer_rule` (so does the evaluator, through the
+    runner's `answer_rule`); with `config.rewards.chance_correction`, "chance" (weighted like
+    "task") makes their sum the chance-corrected reward of `jaxrl_llm.rewards.chance`, with q
+    from the run's training pool, while "task" stays the plain score that accuracy counts.
+
     A reward function's own keyword arguments can be bound with gin (`format_reward.max_chars =
     40`): the functions are leaves gin may configure; nothing else here reads gin.
     """
     task = task_reward if config.rewards.partial_credit else exact_task_reward
-    functions = {"task": gin_bindings.bound(task)}
+    rule = config.rewards.get("answer_rule", "last_number")  # absent from older runs' configs
+    # the evaluator reads answers with the runner's answer_rule, "task" and "chance" with this
+    functions = {"task": functools.partial(gin_bindings.bound(task), rule=rule)}
     weights = {"task": config.rewards.task_weight}
+    if config.rewards.get("chance_correction"):  # task + chance = Cohen's kappa of the sample
+        prior = task_answer_prior(config.task, seed=config.seed)
+        functions["chance"] = functools.partial(
+            chance_correction, prior=prior, task=gin_bindings.bound(task), rule=rule
+        )
+        weights["chance"] = config.rewards.task_weight
     if config.rewards.format_weight:
         functions["format"] = gin_bindings.bound(format_reward)
         weights["format"] = config.rewards.format_weight
@@ -105,7 +125,9 @@ def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
         max_words = config.rewards.length_max_words
         functions["length"] = functools.partial(length_reward, max_words=max_words)
         weights["length"] = config.rewards.length_weight
-    return RewardRunner(functions, weights=weights, timeout_s=config.rewards.timeout_s)
+    return RewardRunner(
+        functions, weights=weights, timeout_s=config.rewards.timeout_s, answer_rule=rule
+    )
 
 
 def total_updates(config: ml_collections.ConfigDict) -> int:
@@ -209,7 +231,7 @@ def build_roles(
         and not algorithm.needs("reference")
     ):
         # a frozen copy of the initial weights before the actor takes the policy's over
-        judge_base = (policy, jax.tree.map(jax.numpy.copy, nnx.state(policy, nnx.Param)))
+        judge_base = (policy, frozen_copy(policy, nnx.state(policy, nnx.Param)))
     if algorithm.needs("reference") and not lora:
         reference = Reference(policy, placement.train_mesh, temperature=temperature)
     if algorithm.needs("critic"):

@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxrl_llm.runners.hooks import StepRecord
@@ -188,7 +189,9 @@ class AsyncRun(OnlineRun):
         generates and sends every batch of the run; returns its summary. Raises what stopped
         it (its own error, or a `PipelineError` naming the learner)."""
         a = self.config.async_rl
-        like = weights_like(self.roles.actor.params, self.roles.rollout.shardings)
+        rollout = self.roles.rollout  # what the learner publishes: decode layout and dtype
+        decode = jax.eval_shape(rollout.in_decode_dtype, self.roles.actor.params)
+        like = weights_like(decode, rollout.shardings)
         self.pipeline = RemotePipeline(
             side="generator", timeout_s=a.timeout_s, weights_like=like, host=a.transfer_host
         )

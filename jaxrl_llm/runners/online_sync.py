@@ -37,6 +37,7 @@ from jaxrl_llm.host import host_info
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.rewards import accuracy
+from jaxrl_llm.rewards.process import dense_step_rewards
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.roles.reference import logprob_fn
 from jaxrl_llm.rollout.chat import completion_texts, prompt_ids, response_rows
@@ -316,6 +317,11 @@ class OnlineRun:
         critic values), computed with their current weights."""
         roles, rollout = self.roles, generated.rollout
         group = self.config.rollout.group_size
+        step_rewards = step_columns = None
+        if self.algorithm.step_rewards:  # dense process rewards: each step and its last token
+            step_rewards, step_columns = dense_step_rewards(
+                self.parts.tokenizer, rollout, generated.reward_out.steps
+            )
         return Experience(
             rollout=rollout,
             rewards=generated.reward_out.total,
@@ -326,6 +332,8 @@ class OnlineRun:
             references=generated.references,
             violations=_violations(generated.reward_out),
             sources=tuple(e.source for e in generated.examples for _ in range(group)),
+            step_rewards=step_rewards,
+            step_columns=step_columns,
         )
 
     def proximal_logprobs(self, tokens_bt) -> np.ndarray:

@@ -31,10 +31,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from flax import nnx
 
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl
 from jaxrl_llm.data.presets import resolve_task
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.runners.reward_model import PAIR_SECTION_FIELDS, make_pairs
@@ -165,7 +165,7 @@ class PreferenceRun:
         graphdef, eval_config = self.learner.graphdef, self.loss_config
         self._logp_fn = jax.jit(
             lambda params, tokens, mask: completion_logprobs(
-                nnx.merge(graphdef, params), tokens, mask, config=eval_config
+                merge_for_compute(graphdef, params), tokens, mask, config=eval_config
             )
         )
         self.ref_logp = self._reference_logps(path)  # [pairs, 2], the initial policy's

@@ -28,12 +28,12 @@ from typing import Any, NamedTuple
 import jax
 import ml_collections
 import numpy as np
-from flax import nnx
 
 from jaxrl_llm.data.jsonl import json_objects
 from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.losses.reward_model import step_cross_entropy
 from jaxrl_llm.models.heads import ScalarHeadModel
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.rewards.process import step_token_ends
 from jaxrl_llm.rewards.refinement import split_steps
 from jaxrl_llm.roles import place_batch
@@ -253,7 +253,7 @@ class ProcessRewardModelRun:
         self.model, self.learner = scalar_head_learner(policy, config, prm_loss)
         del policy
         graphdef = self.learner.graphdef
-        self._loss_fn = jax.jit(lambda params, b: prm_loss(nnx.merge(graphdef, params), b))
+        self._loss_fn = jax.jit(lambda params, b: prm_loss(merge_for_compute(graphdef, params), b))
 
     def step_batch(self, items) -> StepBatch:
         n, width, most = len(items), self.width, self.max_steps

@@ -29,12 +29,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from flax import nnx
 
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
 from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.losses.reward_model import bradley_terry
 from jaxrl_llm.models.heads import ScalarHeadModel
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.supervised import (
@@ -215,7 +215,9 @@ class RewardModelRun:
         self.model, self.learner = scalar_head_learner(policy, config, rm_loss)
         del policy
         graphdef = self.learner.graphdef
-        self._score_fn = jax.jit(lambda p, t, n: nnx.merge(graphdef, p).sequence_scores(t, n))
+        self._score_fn = jax.jit(
+            lambda p, t, n: merge_for_compute(graphdef, p).sequence_scores(t, n)
+        )
 
     def _encode(self, pairs: list[Pair]):
         """(encoded (chosen ids, rejected ids, margin), their prompts, pairs dropped as long)."""

@@ -26,7 +26,6 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-from flax import nnx
 
 from jaxrl_llm.config import base_config
 from jaxrl_llm.data.jsonl import check_no_duplicates
@@ -40,6 +39,7 @@ from jaxrl_llm.data.sft import (
 from jaxrl_llm.data.split import partition
 from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet
+from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.runners.supervised import (
@@ -172,8 +172,8 @@ class SftRun:
             )
         self._eval_fn = jax.jit(
             lambda params, batch: (
-                sft_loss(nnx.merge(self.learner.graphdef, params), batch)[0],
-                token_accuracy(nnx.merge(self.learner.graphdef, params), batch),
+                sft_loss(merge_for_compute(self.learner.graphdef, params), batch)[0],
+                token_accuracy(merge_for_compute(self.learner.graphdef, params), batch),
             )
         )
 

@@ -80,6 +80,9 @@ def take_groups(
         }
     )
     reward_out = first.reward_out._replace(
+        # per-step process rewards feed dense placement only (PPO), which dynamic sampling does
+        # not serve (`validate_stabilisers`); they are not gathered
+        **({"steps": None} if "steps" in first.reward_out._fields else {}),
         total=gather(lambda g: g.reward_out.total, 0),
         per_function={
             name: gather(lambda g, n=name: g.reward_out.per_function[n], 0)

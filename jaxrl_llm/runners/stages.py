@@ -44,11 +44,13 @@ def stage_of(config) -> str:
 
 def validate_stage(config) -> None:
     """Validates a config of any stage (`jaxrl_llm.config.validate_config` for RL)."""
+    from jaxrl_llm.config import validate_config, validate_precision
+
     module, validate, _ = STAGES[stage_of(config)]
     if validate is None:
-        from jaxrl_llm.config import validate_config
-
         return validate_config(config)
+    if "model" in config and "optimizer" in config:  # every stage trains with one precision
+        validate_precision(config)
     return getattr(importlib.import_module(module), validate)(config)
 
 

@@ -44,7 +44,13 @@ from jaxrl_llm.scale.programs import (
     rollout_program,
 )
 from jaxrl_llm.scale.report import collectives_table, phases_table, plans_table
-from jaxrl_llm.scale.topology import TOPOLOGIES, Topology, get_topology, parse_topology_name
+from jaxrl_llm.scale.topology import (
+    TOPOLOGIES,
+    Topology,
+    get_topology,
+    libtpu_status,
+    parse_topology_name,
+)
 from jaxrl_llm.scale.workload import Workload, model_config_of, workload_of
 
 __all__ = [
@@ -75,6 +81,7 @@ __all__ = [
     "divisibility_notes",
     "forward_cost",
     "get_topology",
+    "libtpu_status",
     "model_config_of",
     "parse_topology_name",
     "phases_table",

@@ -279,7 +279,12 @@ def train_step_cost(
     params = config.num_params() if trained_params is None else trained_params
     local_params = params / (split.weights_fsdp * max(split.mlp, 1))
     flops += 12 * local_params
-    hbm += 7 * local_params * b
+    # AdamW over the stored weights (float32 master weights and moments under mixed
+    # precision), and the in-step cast of the master to the compute dtype
+    pb = int(np.dtype(config.jnp_param_dtype).itemsize) if config.param_dtype else b
+    hbm += 7 * local_params * pb
+    if pb != b:
+        hbm += local_params * (pb + b)
     return PhaseCost(flops, hbm, layers_executed=config.num_layers)
 
 

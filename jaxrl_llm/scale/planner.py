@@ -29,6 +29,7 @@ its scaling guesses.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -39,6 +40,7 @@ from jaxrl_llm.runners.pipeline_model import simulate_async_groups
 from jaxrl_llm.scale import costs, programs
 from jaxrl_llm.scale.analysis import CompileCache, ProgramReport, analyze
 from jaxrl_llm.scale.chips import Chip
+from jaxrl_llm.scale.executables import save_executable
 from jaxrl_llm.scale.topology import Topology
 from jaxrl_llm.scale.workload import Workload
 from jaxrl_llm.sharding import make_mesh
@@ -289,16 +291,8 @@ class Searcher:
         key = (phase, shape, devices) + ((rows,) if rows else ())
         if key in self._reports:
             return self._reports[key]
-        mesh = self.mesh(shape, devices)
-        builders = {
-            "actor_train": lambda: [programs.actor_train_program(self.workload, mesh)],
-            "rollout": lambda: [programs.rollout_program(self.workload, mesh, rows=rows or None)],
-            "reference": lambda: [programs.reference_program(self.workload, mesh)],
-            "reward_model": lambda: [programs.reward_model_program(self.workload, mesh)],
-            "critic": lambda: programs.critic_programs(self.workload, mesh),
-        }
         try:
-            built = builders[phase]()
+            built = self.programs(phase, shape, devices, rows)
             reports = [analyze(program, self.cache) for program in built]
         except Exception as error:  # noqa: BLE001 - recorded against the plan, with its text
             self.log(f"  {phase} on {shape}: the compiler refused it: {error!s:.300}")
@@ -320,6 +314,41 @@ class Searcher:
                 f"{chunk}: {verdict} ({seconds})"
             )
         return self._reports[key]
+
+    def programs(self, phase: str, shape, devices, rows: int = 0) -> list[programs.Program]:
+        """The lowered programs of a phase on a mesh ("critic": its value forward and train
+        step); `rows` is the rollout's decode chunk, 0 for all."""
+        mesh = self.mesh(shape, devices)
+        builders = {
+            "actor_train": lambda: [programs.actor_train_program(self.workload, mesh)],
+            "rollout": lambda: [programs.rollout_program(self.workload, mesh, rows=rows or None)],
+            "reference": lambda: [programs.reference_program(self.workload, mesh)],
+            "reward_model": lambda: [programs.reward_model_program(self.workload, mesh)],
+            "critic": lambda: programs.critic_programs(self.workload, mesh),
+        }
+        return builders[phase]()
+
+    def save_executables(self, plan: Plan, directory: str) -> list[str]:
+        """Compiles every phase of `plan` once more and saves each executable under
+        `directory`/<phase> (`jaxrl_llm.scale.executables`), so a run on the slice loads what
+        was planned; returns the phases saved."""
+        c = plan.candidate
+        train = (c.train_mesh, c.train_devices)
+        names = ["critic" if p.startswith("critic") else p for p in self._phases_of()]
+        saved = []
+        for name in dict.fromkeys(names):  # critic once: both its programs
+            where = (
+                (c.rollout_mesh, c.rollout_devices, c.decode_batch) if name == "rollout" else train
+            )
+            for program in self.programs(name, *where):
+                save_executable(
+                    program.lowered.compile(),
+                    os.path.join(directory, program.phase),
+                    topology=self.topology.name,
+                    phase=program.phase,
+                )
+                saved.append(program.phase)
+        return saved
 
     def state_bytes(self, phase: str, shape, devices) -> float:
         """Per-device bytes the phase's role keeps between phases."""

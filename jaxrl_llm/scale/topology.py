@@ -3,8 +3,11 @@
 `jax.experimental.topologies.get_topology_desc` asks libtpu (the `tpu` extra, `pip install
 "jaxrl_llm[tpu]"`) for the device list of a slice; `jax.jit(...).lower(...).compile()` then
 compiles for it on this CPU, and the compiled object answers `memory_analysis()`. This is
-MaxText's `train_compile.py` route. libtpu prints warnings about TPU_ACCELERATOR_TYPE and
-TPU_WORKER_HOSTNAMES on a machine without TPUs; they are harmless.
+MaxText's `train_compile.py` route. Started on a machine without TPUs, libtpu writes errors
+about TPU_ACCELERATOR_TYPE and TPU_WORKER_HOSTNAMES to stderr; they are harmless here, so
+`get_topology` holds them back (set JAXRL_LIBTPU_VERBOSE=1 to see them; they are shown if the
+call fails) and `libtpu_status()` says in one line what libtpu is doing instead. Nothing else
+in jaxrl_llm starts libtpu (`jaxrl_llm.platforms`).
 
 Names follow Cloud TPU's accelerator types: v5e-N has N chips; v5p-N has N TensorCores, N / 2
 chips (a v5p chip is one JAX device); v6e-N has N chips. JAX's own "v5e:16x16" form is accepted
@@ -13,10 +16,15 @@ too.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib.metadata
 import importlib.util
 import math
 import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import jax
@@ -101,6 +109,57 @@ def parse_topology_name(name: str) -> tuple[str, str, tuple[int, ...]]:
     )
 
 
+_HELD_BACK: list[str] = []  # what libtpu wrote to stderr while it started
+
+
+@contextlib.contextmanager
+def _stderr_held_back() -> Iterator[None]:
+    """Collects what this process writes to file descriptor 2 (libtpu's C++ logging included)
+    into `_HELD_BACK`; if the body raises, writes it out after all, so no error is hidden."""
+    if os.environ.get("JAXRL_LIBTPU_VERBOSE") == "1":
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        failed = False
+        try:
+            yield
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            text = held.read().decode(errors="replace")
+            if failed:
+                sys.stderr.write(text)
+            elif text.strip():
+                _HELD_BACK.append(text)
+
+
+def libtpu_status() -> str:
+    """One line: what libtpu does in this process (the planner prints it under its header)."""
+    try:
+        version = importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(not installed)"
+    lines = sum(len(text.strip().splitlines()) for text in _HELD_BACK)
+    held = (
+        f"; its {lines} start-up lines about the absent TPU (TPU_ACCELERATOR_TYPE, "
+        "TPU_WORKER_HOSTNAMES) held back, JAXRL_LIBTPU_VERBOSE=1 shows them"
+        if lines
+        else ""
+    )
+    return (
+        f"libtpu {version} describes the slice and compiles for it on this CPU; no TPU is "
+        f"used{held}"
+    )
+
+
 def require_libtpu() -> None:
     """Raises ImportError with the install line when libtpu is not installed."""
     if importlib.util.find_spec("libtpu") is None:
@@ -134,13 +193,14 @@ def get_topology(name: str) -> Topology:
 
     dims = shape + (1,) * (3 - len(shape))
     host_bounds = (min(dims[0], 2), min(dims[1], 2), 1)
-    desc = topologies.get_topology_desc(
-        topology_name=f"{_JAX_PREFIX[family]}:{'x'.join(str(d) for d in shape)}",
-        platform="tpu",
-        chip_config_name="default",
-        chips_per_host_bounds=host_bounds,
-        num_slices=1,
-    )
+    with _stderr_held_back():  # libtpu starts here: its complaints about the absent TPU
+        desc = topologies.get_topology_desc(
+            topology_name=f"{_JAX_PREFIX[family]}:{'x'.join(str(d) for d in shape)}",
+            platform="tpu",
+            chip_config_name="default",
+            chips_per_host_bounds=host_bounds,
+            num_slices=1,
+        )
     devices = tuple(desc.devices)
     spec = chip(family)
     if devices and devices[0].device_kind != spec.device_kind:

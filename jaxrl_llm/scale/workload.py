@@ -77,11 +77,18 @@ class Workload(NamedTuple):
 
 
 def model_config_of(config: ml_collections.ConfigDict) -> ModelConfig:
-    """The policy's `ModelConfig` from `config.model`, reading no weights.
+    """The policy's `ModelConfig` from `config.model` (compute dtype and the dtype weights are
+    stored in: float32 master weights under bfloat16 compute), reading no weights.
 
     Raises:
       ValueError: a name that is neither an architecture, a known model nor a path.
     """
+    model = _model_config_of(config)
+    param_dtype = config.model.get("param_dtype")
+    return model if param_dtype is None else model.replace(param_dtype=param_dtype)
+
+
+def _model_config_of(config: ml_collections.ConfigDict) -> ModelConfig:
     name, dtype = config.model.name, config.model.dtype
     if name.lower() in ARCHITECTURES:
         return architecture(name, dtype=dtype)

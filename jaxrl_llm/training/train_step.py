@@ -5,6 +5,9 @@
 With LoRA (`jaxrl_llm.models.lora`) the state holds only the adapters and the step takes the
 frozen base weights as a third argument: `step(state, batch, frozen)`; gradients and optimizer
 state exist for the adapters alone.
+Under mixed precision (`ModelConfig.param_dtype="float32"` with a bfloat16 `dtype`) the state
+holds the float32 master weights and float32 optimizer state, and the step casts the weights to
+bfloat16 as it starts (`jaxrl_llm.models.precision`); updates are applied in float32.
 A step whose loss or gradients are not finite leaves parameters and optimizer state unchanged and
 reports `metrics["nonfinite"] = 1`; the runner counts those and stops after K in a row.
 """
@@ -20,6 +23,7 @@ import optax
 from flax import nnx
 
 from jaxrl_llm.models.lora import dropout_key
+from jaxrl_llm.models.precision import merge_for_compute
 
 Array = jax.Array
 LossFn = Callable[[Any, Any], tuple[Array, dict[str, Array]]]
@@ -79,7 +83,9 @@ def make_train_step(
         key = jax.random.fold_in(jax.random.key(dropout_seed), state.step)
 
         def loss_of_params(params):
-            model = nnx.merge(graphdef, params, *(() if frozen is None else (frozen,)))
+            # Mixed precision: the float32 master weights are cast to the compute dtype here,
+            # inside the differentiated function, so their gradients are float32.
+            model = merge_for_compute(graphdef, params, *(() if frozen is None else (frozen,)))
             with dropout_key(key):
                 return loss_fn(model, batch)
 

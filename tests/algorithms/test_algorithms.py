@@ -83,6 +83,108 @@ def test_ppo_whitens_advantages_and_penalises_a_missing_eos():
     np.testing.assert_allclose([valid.mean(), valid.std(ddof=1)], [0.0, 1.0], atol=1e-3)
 
 
+def _dense_config(**loss):
+    config = _config("ppo", **loss)
+    config.rewards.process_placement = "dense"
+    config.rewards.process_model = "runs/prm/process_reward_model"
+    return config
+
+
+def test_ppo_dense_process_rewards_are_gae_of_step_rewards_worked_by_hand():
+    """Each step's reward on its step's last token, the success reward on the final token,
+    through GAE (gamma 1, lambda 0.5, no KL, no whitening)."""
+    algorithm = make(_dense_config(kl_beta=0.0, gamma=1.0, lam=0.5, whiten_advantages=False))
+    assert algorithm.step_rewards and "critic" in algorithm.roles
+    # Row 0: completion at columns 2-5 (EOS at 5); step 1 ends on 3 (-0.3), step 2 on 4 (-0.1);
+    # success 1, so the total reward is 1 - 0.4 = 0.6. Row 1: a completion with no step.
+    mask = np.array([[0, 0, 1, 1, 1, 1, 0], [0, 0, 1, 1, 0, 0, 0]], np.float32)
+    rollout = types.SimpleNamespace(
+        tokens=np.ones((2, 7), np.int32),
+        completion_mask=mask.astype(bool),
+        logprobs=-mask,
+        finish_reason=np.array([1, 1], np.int32),
+    )
+    values = np.array([[0, 0, 0.2, 0.4, 0.5, 0.6, 0], [0, 0, 0.5, 0.5, 0, 0, 0]], np.float32)
+    experience = Experience(
+        rollout,
+        np.array([0.6, 1.0], np.float32),
+        2,
+        values=values,
+        step_rewards=np.array([[-0.3, -0.1], [0.0, 0.0]], np.float32),
+        step_columns=np.array([[3, 4], [-1, -1]], np.int32),
+    )
+    batch, scalars = algorithm.make_batch(experience, algorithm.init())
+    # Row 0, r = [0, -0.3, -0.1, 1.0] on columns 2-5, backwards:
+    #   d5 = 1.0 - 0.6 = 0.4                 A5 = 0.4
+    #   d4 = -0.1 + 0.6 - 0.5 = 0.0          A4 = 0.0 + 0.5 * 0.4 = 0.2
+    #   d3 = -0.3 + 0.5 - 0.4 = -0.2         A3 = -0.2 + 0.5 * 0.2 = -0.1
+    #   d2 = 0.0 + 0.4 - 0.2 = 0.2           A2 = 0.2 + 0.5 * -0.1 = 0.15
+    # Row 1, r = [0, 1]: d3 = 1 - 0.5 = 0.5 = A3; d2 = 0 + 0.5 - 0.5 = 0, A2 = 0.25.
+    np.testing.assert_allclose(
+        batch.advantages,
+        [[0, 0, 0.15, -0.1, 0.2, 0.4, 0], [0, 0, 0.25, 0.5, 0, 0, 0]],
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        batch.returns,
+        [[0, 0, 0.35, 0.3, 0.7, 1.0, 0], [0, 0, 0.75, 1.0, 0, 0, 0]],
+        atol=1e-6,
+    )
+    assert scalars["process_steps_placed"] == 1.0  # (2 + 0) / 2 rows
+    # Summed (the default), the same total sits on the last token: other advantages.
+    summed = make(_config("ppo", kl_beta=0.0, gamma=1.0, lam=0.5, whiten_advantages=False))
+    assert not summed.step_rewards
+    other, _ = summed.make_batch(experience, summed.init())
+    # Row 0, r = [0, 0, 0, 0.6]: A5 = 0, A4 = 0.1, A3 = 0.1 + 0.05, A2 = 0.2 + 0.075.
+    np.testing.assert_allclose(other.advantages[0, 2:6], [0.275, 0.15, 0.1, 0.0], atol=1e-6)
+
+
+def test_ppo_dense_needs_the_steps_in_the_experience():
+    algorithm = make(_dense_config(kl_beta=0.0))
+    experience = Experience(_rollout(), np.array([1.0, 0.0], np.float32), 2, values=MASK * 0)
+    with pytest.raises(ValueError, match=r"process_placement='dense' needs the experience's"):
+        algorithm.make_batch(experience, algorithm.init())
+
+
+@pytest.mark.parametrize(
+    "algorithm, rewards, message",
+    [
+        (
+            "grpo",
+            {"process_placement": "dense", "process_model": "prm"},
+            r"config.rewards.process_placement='dense' needs an algorithm with a critic.*"
+            r"config.algorithm='grpo' has none",
+        ),
+        (
+            "ppo",
+            {"process_placement": "dense"},
+            r"config.rewards.process_placement='dense' .* config.rewards.process_model is empty",
+        ),
+        (
+            "ppo",
+            {"process_placement": "densee"},
+            r"config.rewards.process_placement='densee' must be one of \('summed', 'dense'\)",
+        ),
+        (
+            "ppo",
+            {"process_model": "prm", "process_refinement": "clip", "process_eta": 1.5},
+            r"config.rewards.process_eta=1.5 is outside the process reward's range \(0, 1\]",
+        ),
+        (
+            "grpo",
+            {"process_model": "prm", "process_refinement": "clip", "process_eta": 0.0},
+            r"config.rewards.process_eta=0.0 is outside",
+        ),
+    ],
+)
+def test_dense_process_reward_config_errors_name_the_field(algorithm, rewards, message):
+    config = config_for(algorithm)
+    config.rewards.update(rewards)
+    with pytest.raises(ValueError, match=message) as error:
+        validate_config(config)
+    assert "\n" not in str(error.value)  # one line
+
+
 def test_adaptive_kl_controller_through_update():
     config = _config("ppo", kl_beta=0.05, kl_target=0.1, kl_horizon=10)
     algorithm = make(config)

@@ -135,8 +135,14 @@ def test_adaptive_entropy_weight_equals_the_constant_one():
     from jaxrl_llm.models import ModelConfig, init_model
 
     model = init_model(
-        ModelConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
-                    num_heads=2, num_kv_heads=1),  # fmt: skip
+        ModelConfig(
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_layers=1,
+            num_heads=2,
+            num_kv_heads=1,
+        ),  # fmt: skip
         seed=0,
     )
     tokens = jax.random.randint(jax.random.key(0), (2, 6), 0, 32)

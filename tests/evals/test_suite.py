@@ -120,3 +120,28 @@ def test_robustness_runs_end_to_end(policy):
         assert 0.0 <= result["searched_accuracy"] <= 1.0
     else:
         assert math.isnan(result["searched_accuracy"])
+
+
+def test_answers_are_read_with_the_rewards_answer_rule(policy, monkeypatch):
+    """The evaluator's accuracy is the "task" score == 1 and its voted answers (maj@k) are read
+    as "task" reads them: under "stated", an lcm completion ending on a copied input has none."""
+    import functools
+
+    from jaxrl_llm.evals import suite
+    from jaxrl_llm.rewards import exact_task_reward
+
+    hack = "LCM(2, 4)\nLCM(2, 4)\nThe LCM(2, 4) is the smallest multiple of"  # docs/recipe.md
+    completions = [hack, "The LCM of 2 and 4 is 4.", "LCM(2, 4) = 8"]
+    monkeypatch.setattr(suite, "completion_texts", lambda tokenizer, rollout: completions)
+    lcm = Example("Find the Least Common Multiple (LCM) of these numbers: 2, 4", "4", "hand", 0)
+    model, tokenizer = policy
+    results = {}
+    for rule in ("last_number", "stated"):
+        rewards = RewardRunner(
+            {"task": functools.partial(exact_task_reward, rule=rule)}, answer_rule=rule
+        )
+        evaluator = Evaluator(model, tokenizer, rewards, EvalSettings(max_new_tokens=2))
+        decoded = evaluator.decode([lcm] * 3)
+        results[rule] = (decoded.scores.tolist(), decoded.answers)
+    assert results["last_number"] == ([1.0, 1.0, 0.0], ["4", "4", "8"])
+    assert results["stated"] == ([0.0, 1.0, 0.0], [None, "4", "8"])

@@ -1,5 +1,5 @@
-"""Tests for jaxrl_llm.losses.shaping: overlong penalty, last-token rewards, KL in reward,
-adaptive KL controller."""
+"""Tests for jaxrl_llm.losses.shaping: overlong penalty, last-token rewards, dense step rewards,
+KL in reward, adaptive KL controller."""
 
 import functools
 import math
@@ -16,6 +16,7 @@ from jaxrl_llm.losses import (
     kl_in_reward,
     last_token_rewards,
     overlong_penalty,
+    step_token_rewards,
 )
 
 
@@ -66,6 +67,43 @@ def test_last_token_rewards_gradient_and_jit():
         AssertionError, match=r"last_token_rewards: scores_b has shape \(2,\), expected \[B\]"
     ):
         last_token_rewards(SCORES[:2], MASK)
+
+
+# ---------------------------------------------------------------------------- dense step rewards
+def test_step_token_rewards_hand_worked():
+    # Row 0: completion at columns 1-4, steps end at 2 and 4 (the last token, with the outcome).
+    # Row 1: completion at 1-3, one step at 1, one padding step (-1), one on a masked column (4).
+    # Row 2: no completion token: nothing at all.
+    outcome = jnp.array([1.0, 0.5, 2.0])
+    steps = jnp.array([[-0.3, -0.2, 0.0], [0.25, 9.0, 7.0], [1.0, 0.0, 0.0]])
+    columns = jnp.array([[2, 4, -1], [1, -1, 4], [0, -1, -1]])
+    mask = jnp.array([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0], [0, 0, 0, 0, 0]])
+    got = step_token_rewards(outcome, steps, columns, mask)
+    _tight(
+        got,
+        [
+            [0.0, 0.0, -0.3, 0.0, 1.0 - 0.2],
+            [0.0, 0.25, 0.0, 0.5, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0],
+        ],
+    )
+    # The undiscounted return is the summed form's total (outcome + steps) where all land.
+    _tight(got.sum(-1)[0], 1.0 - 0.3 - 0.2)
+    _tight(jax.jit(step_token_rewards)(outcome, steps, columns, mask), got)
+
+
+def test_step_token_rewards_without_steps_is_last_token_rewards():
+    none = jnp.full((3, 2), -1)
+    _tight(
+        step_token_rewards(SCORES, jnp.zeros((3, 2)), none, MASK), last_token_rewards(SCORES, MASK)
+    )
+
+
+def test_step_token_rewards_shape_errors():
+    with pytest.raises(AssertionError, match=r"step_token_rewards: step_columns_bs has shape"):
+        step_token_rewards(SCORES, jnp.zeros((3, 2)), jnp.zeros((3, 1), int), MASK)
+    with pytest.raises(AssertionError, match=r"step_token_rewards: step_rewards_bs has 2 rows"):
+        step_token_rewards(SCORES, jnp.zeros((2, 2)), jnp.zeros((2, 2), int), MASK)
 
 
 # ---------------------------------------------------------------------------- KL in reward

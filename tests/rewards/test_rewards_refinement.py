@@ -5,7 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxrl_llm.advantages import discounted_returns
+from jaxrl_llm.losses import step_token_rewards
 from jaxrl_llm.rewards.ensemble import EnsembleReward, combine_scores
+from jaxrl_llm.rewards.process import check_eta
 from jaxrl_llm.rewards.refinement import (
     clip_rewards,
     delta_rewards,
@@ -47,6 +50,83 @@ def test_repeating_a_good_step_cannot_raise_the_refined_return():
     assert padded["clip"] <= honest["clip"]
     np.testing.assert_allclose(padded["delta"], 0.9 - 0.6, atol=1e-6)  # r_1 - r_K: telescoped
     np.testing.assert_allclose(honest["delta"], 0.9 - 0.6, atol=1e-6)
+
+
+def _dense_returns(step_rewards, success, tokens_per_step=2):
+    """Undiscounted returns G_t [B, T] of completions whose step k ends on column
+    tokens_per_step * (k + 1) - 1, with the success reward on one last token after the steps
+    (dense placement, `losses.step_token_rewards`)."""
+    step_rewards = jnp.asarray(step_rewards, jnp.float32)
+    b, k = step_rewards.shape
+    width = tokens_per_step * k + 1
+    columns = jnp.broadcast_to(tokens_per_step * (jnp.arange(k) + 1) - 1, (b, k))
+    mask = jnp.ones((b, width))
+    rewards = step_token_rewards(jnp.asarray(success, jnp.float32), step_rewards, columns, mask)
+    return np.asarray(discounted_returns(rewards, mask, gamma=1.0))
+
+
+def test_clip_dense_return_hand_worked():
+    # p = 0.9, 0.2, 0.6, eta 0.5 -> clipped 0, -0.3, 0 on columns 1, 3, 5; success 1 on column 6.
+    clipped = clip_rewards(jnp.array([[0.9, 0.2, 0.6]]), jnp.ones((1, 3), bool), eta=0.5)
+    np.testing.assert_allclose(
+        _dense_returns(clipped, [1.0]), [[0.7, 0.7, 0.7, 0.7, 1.0, 1.0, 1.0]], atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("num_steps", [1, 2, 5, 20, 64])
+@pytest.mark.parametrize("eta", [0.1, 0.5, 1.0])
+def test_clip_bounds_the_return_by_the_success_reward_whatever_the_number_of_steps(num_steps, eta):
+    """Gao et al.'s point: under Clip no trajectory, however many steps it takes, returns more
+    than its success reward (from any token on); unrefined, good steps add up past it."""
+    rng = np.random.default_rng(num_steps)
+    probs = np.concatenate(
+        [
+            rng.uniform(0.0, 1.0, (3, num_steps)),
+            np.ones((1, num_steps)),  # every step perfect: clipped to exactly 0 each
+            np.full((1, num_steps), 0.95),  # one good step repeated
+        ]
+    ).astype(np.float32)
+    success = np.array([1.0, 0.0, 1.0, 1.0, 1.0], np.float32)
+    mask = jnp.ones(probs.shape, bool)
+    clipped = _dense_returns(clip_rewards(jnp.asarray(probs), mask, eta=eta), success)
+    assert (clipped <= success[:, None] + 1e-6).all()
+    np.testing.assert_allclose(clipped[3], 1.0, atol=1e-6)  # the bound is reached, not passed
+    plain = _dense_returns(refine_rewards(jnp.asarray(probs), mask, refinement="none"), success)
+    np.testing.assert_allclose(plain[:, 0], success + probs.sum(1), rtol=1e-5)
+    assert plain[4, 0] > success[4] + 0.9 * num_steps  # the hack: repeats pay without Clip
+
+
+def test_delta_dense_returns_telescope_hand_worked():
+    # p = 0.9, 0.2, 0.6, 0.8 -> delta 0.7, -0.4, -0.2, 0 on columns 1, 3, 5, 7; success 1 on 8.
+    # The return from the first token of step t is success + p_t - p_K (p_K = 0.8).
+    deltas = delta_rewards(jnp.array([[0.9, 0.2, 0.6, 0.8]]), jnp.ones((1, 4), bool))
+    returns = _dense_returns(deltas, [1.0])
+    np.testing.assert_allclose(returns[0, [0, 2, 4, 6, 8]], [1.1, 0.4, 0.8, 1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(returns[0, [0, 2, 4, 6]], 1.0 + np.array([0.9, 0.2, 0.6, 0.8]) - 0.8)
+
+
+@pytest.mark.parametrize("num_steps", [1, 2, 7, 40])
+def test_delta_telescopes_to_first_minus_last_whatever_the_number_of_steps(num_steps):
+    """Delta (Gao et al. 2024, 2410.15115: r_k - r_{k+1}, and nothing at the last step,
+    whose outcome the success reward judges): the steps sum to p_1 - p_K, so the return lies in
+    success + [-1, 1] however many steps a completion repeats."""
+    rng = np.random.default_rng(num_steps)
+    probs = rng.uniform(0.0, 1.0, (4, num_steps)).astype(np.float32)
+    deltas = delta_rewards(jnp.asarray(probs), jnp.ones(probs.shape, bool))
+    np.testing.assert_allclose(deltas.sum(1), probs[:, 0] - probs[:, -1], atol=1e-5)
+    returns = _dense_returns(deltas, np.ones(4, np.float32))
+    np.testing.assert_allclose(returns[:, 0], 1.0 + probs[:, 0] - probs[:, -1], atol=1e-5)
+    assert (np.abs(returns - 1.0) <= 1.0 + 1e-6).all()
+
+
+def test_eta_outside_the_process_rewards_range_names_the_field():
+    for eta in (0.5, 1.0, 1e-3):
+        check_eta(eta)
+    for eta in (0.0, -0.2, 1.5):
+        with pytest.raises(
+            ValueError, match=rf"config.rewards.process_eta={eta} is outside .*\(0, 1\]"
+        ):
+            check_eta(eta, field="config.rewards.process_eta")
 
 
 def test_refine_rewards_rejects_an_unknown_refinement():

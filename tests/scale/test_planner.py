@@ -114,6 +114,24 @@ def test_command_line_writes_the_chosen_placement(v5e_2x2, tmp_path):
     assert again.returncode == 0 and "(cached)" in again.stdout and " s)" not in again.stdout
 
 
+def test_the_planned_executables_are_kept_for_the_slice(v5e_2x2, tmp_path):
+    from jaxrl_llm.scale.executables import ExecutableMismatchError, load_executable
+
+    out = _plan("--topology", "v5e-4", "--modes", "colocated", "--tensor_parallel", "2",
+                "--out", str(tmp_path / "plan"), "--save_executables", tmp_path=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    directory = tmp_path / "plan" / "executables"
+    assert "# saved the actor_train, rollout executables for v5e-4" in out.stdout
+    for phase in ("actor_train", "rollout"):
+        record = json.load(open(directory / f"{phase}.json"))
+        assert record["topology"] == "v5e-4" and record["num_devices"] == 4
+        assert record["device_kind"] == "TPU v5 lite" and record["bytes"] > 0
+        with pytest.raises(
+            ExecutableMismatchError, match="compiled for v5e-4 \\(4 x TPU v5 lite\\)"
+        ):
+            load_executable(str(directory / phase))  # this CPU is not the slice
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -12,7 +12,14 @@ from flax import nnx
 
 from jaxrl_llm.data import render_prompt
 from jaxrl_llm.data.example import Example
-from jaxrl_llm.data.sft import SftRecord, read_sft_jsonl, records_from_examples
+from jaxrl_llm.data.presets import task_source
+from jaxrl_llm.data.sft import (
+    STEPS_RESPONSE_TEMPLATE,
+    SftRecord,
+    read_sft_jsonl,
+    records_from_examples,
+    worked_steps,
+)
 from jaxrl_llm.models import init_model, resolve_model_path, tiny_config
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.training import create_train_state, make_train_step
@@ -86,6 +93,21 @@ def test_training_lowers_the_loss_and_raises_token_accuracy(tokenizer, model):
     trained = nnx.merge(graphdef, state.params)
     assert float(metrics["loss"]) < 0.2 * float(first)
     assert float(token_accuracy(trained, batch)) > 0.9
+
+
+def test_worked_steps_render_chain_sums_one_operation_a_line():
+    (example,) = task_source("chain_sum_steps", seed=0, size=1)  # 0 - 4 - 8 - 7 + 6 = -13
+    assert example.metadata["metadata"]["expression"] == "0 - 4 - 8 - 7 + 6"
+    (record,) = records_from_examples([example], STEPS_RESPONSE_TEMPLATE)
+    assert (
+        record.response
+        == "0 - 4 = -4\n-4 - 8 = -12\n-12 - 7 = -19\n-19 + 6 = -13\nThe answer is -13."
+    )
+    assert worked_steps(example).count("\n") == 3  # four operations of five terms
+    with pytest.raises(
+        ValueError, match=r"'hand' example 0 has none: use config.task.name='chain_sum_steps'"
+    ):
+        records_from_examples([Example("2 * 3 =", "6", "hand", 0)], STEPS_RESPONSE_TEMPLATE)
 
 
 def test_records_from_examples_and_the_jsonl_reader(tmp_path):

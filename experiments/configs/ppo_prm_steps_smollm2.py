@@ -1,0 +1,88 @@
+"""Gao et al.'s setting, small: PPO with dense process rewards on a task whose answers take
+several lines ("On Designing Effective RL Reward at Training Time for LLM Reasoning", 2410.15115;
+issue 46). One file, three stages on the same task (`chain_sum_steps`: four or five one-digit
+terms, asked for one operation a line, `jaxrl_llm.data.presets.STEP_INSTRUCTION`; 96 new tokens,
+room for repeated steps); the argument after ":" picks the stage:
+
+    # 1. SFT on worked solutions ("0 - 4 = -4\\n-4 - 8 = -12\\n...\\nThe answer is -13."): the base
+    #    model writes one line and is right 2% of the time on this task (presets.py)
+    python -m jaxrl_llm.main --config experiments/configs/ppo_prm_steps_smollm2.py:sft \\
+        --workdir runs/prm_steps/sft
+    # 2. the process reward model (Math-Shepherd labels by Monte Carlo completion) from the SFT
+    #    policy; held-out step accuracy against the constant predictor in its summary.json
+    python -m jaxrl_llm.main --config experiments/configs/ppo_prm_steps_smollm2.py:prm \\
+        --workdir runs/prm_steps/prm
+    # 3. PPO from the SFT policy, the PRM's refined step rewards on each step's last token and
+    #    the verifier's on the final one (GAE): success only, + raw PRM, + Clip, + Delta, 3 seeds
+    python -m jaxrl_llm.launch --config experiments/configs/ppo_prm_steps_smollm2.py \\
+        --sweep experiments/sweeps/prm_refinement.py --sweep_dir runs/prm_refinement \\
+        --seeds 0,1,2 --parallel 1
+    python -m jaxrl_llm.report runs/prm_refinement
+
+`reward/process_steps` (steps per completion, what the hack raises), `completion/length` and
+`reward/process` are logged every step. To start from the base model instead of the SFT policy,
+add --config.model.name=smollm2-135m-instruct to stages 2 and 3.
+"""
+
+from jaxrl_llm.config import config_for
+from jaxrl_llm.data.presets import STEP_INSTRUCTION
+from jaxrl_llm.data.sft import STEPS_RESPONSE_TEMPLATE
+from jaxrl_llm.runners.process_reward_model import prm_config
+from jaxrl_llm.runners.sft import sft_config
+
+WORKDIR = "runs/prm_steps"
+SFT_MODEL = f"{WORKDIR}/sft/model"
+PROCESS_MODEL = f"{WORKDIR}/prm/process_reward_model"
+MAX_NEW_TOKENS = 96  # 3-4 operation lines and the answer take about 45; the rest allows repeats
+STAGES = ("sft", "prm", "rl")
+
+
+def task_fields(config) -> None:
+    """The task every stage shares: the multi-line preset, one operation a line."""
+    config.task.name = "chain_sum_steps"
+    config.task.instruction_suffix = STEP_INSTRUCTION
+    config.eval.max_new_tokens = MAX_NEW_TOKENS
+
+
+def get_config(stage: str = "rl"):
+    """The config of `stage`: "sft", "prm" (the process reward model) or "rl" (PPO, dense)."""
+    if stage not in STAGES:
+        raise ValueError(f"ppo_prm_steps_smollm2.py:{stage}: the stage must be one of {STAGES}.")
+    if stage == "sft":
+        config = sft_config()
+        with config.unlocked():
+            task_fields(config)
+            config.sft.response_template = STEPS_RESPONSE_TEMPLATE
+            config.train.num_steps = 60
+            config.train.checkpoint_every = 20
+            config.sft.batch_size = 16
+            config.sft.max_length = 192
+            config.sft.eval_records = 64
+            config.sft.eval_every = 20
+            config.optimizer.learning_rate = 1e-5
+            config.optimizer.warmup_steps = 5
+        return config
+    if stage == "prm":
+        config = prm_config()
+        with config.unlocked():
+            task_fields(config)
+            config.model.name = SFT_MODEL
+            config.prm.max_new_tokens = MAX_NEW_TOKENS  # the RL stage's rollout length
+            config.prm.max_length = 256
+            config.train.num_steps = 40
+            config.train.checkpoint_every = 20
+            config.prm.eval_every = 10
+            config.optimizer.learning_rate = 1e-5
+            config.optimizer.warmup_steps = 5
+        return config
+    config = config_for("ppo")
+    with config.unlocked():
+        task_fields(config)
+        config.model.name = SFT_MODEL
+        config.rollout.max_new_tokens = MAX_NEW_TOKENS
+        config.rewards.process_model = PROCESS_MODEL
+        config.rewards.process_placement = "dense"
+        config.rewards.process_refinement = "none"  # the sweep sets none / clip / delta
+        config.rewards.process_eta = 0.5
+        config.train.num_steps = 30
+    return config
