@@ -5,7 +5,19 @@ import pytest
 
 from jaxrl_llm.scale import hlo
 
-MODULE = """HloModule jit_step, is_scheduled=true, num_partitions=4
+# A decode loop's condition: a counter bound and a data-dependent "any row live" flag.
+DECODE_COND = """%decode_cond (r: (s32[], pred[])) -> pred[] {
+  %r = (s32[], pred[]) parameter(0)
+  %k = s32[] get-tuple-element(%r), index=0
+  %limit = s32[] constant(64)
+  %lt3 = pred[] compare(%k, %limit), direction=LT
+  %live = pred[] get-tuple-element(%r), index=1
+  ROOT %both = pred[] and(%lt3, %live)
+}
+"""
+
+MODULE = (
+    """HloModule jit_step, is_scheduled=true, num_partitions=4
 
 %add (a: f32[], b: f32[]) -> f32[] {
   %a = f32[] parameter(0)
@@ -42,14 +54,9 @@ MODULE = """HloModule jit_step, is_scheduled=true, num_partitions=4
   ROOT %t = (s32[], f32[8]) tuple(%i, %x)
 }
 
-%decode_cond (r: (s32[], pred[])) -> pred[] {
-  %r = (s32[], pred[]) parameter(0)
-  %k = s32[] get-tuple-element(%r), index=0
-  %limit = s32[] constant(64)
-  %lt3 = pred[] compare(%k, %limit), direction=LT
-  %live = pred[] get-tuple-element(%r), index=1
-  ROOT %both = pred[] and(%lt3, %live)
-}
+"""
+    + DECODE_COND
+    + """
 
 %decode_body (r: (s32[], pred[])) -> (s32[], pred[]) {
   %r = (s32[], pred[]) parameter(0)
@@ -67,6 +74,7 @@ ENTRY %main (a: f32[1024], w: (s32[], f32[8])) -> f32[1024] {
   ROOT %out = f32[1024]{0} copy(%cp)
 }
 """
+)
 
 
 def _by_kind():
@@ -200,7 +208,8 @@ def test_tuple_elements_keep_nested_tuples_whole():
 
 # A decode loop of unknown trip count (it also stops on data) whose body holds its own
 # all-reduce and a layer scan of 4 iterations with an all-gather in it.
-NESTED = """HloModule jit_decode, is_scheduled=true, num_partitions=4
+NESTED = (
+    """HloModule jit_decode, is_scheduled=true, num_partitions=4
 
 %layer_cond (q: (s32[], f32[8])) -> pred[] {
   %q = (s32[], f32[8]) parameter(0)
@@ -216,14 +225,9 @@ NESTED = """HloModule jit_decode, is_scheduled=true, num_partitions=4
   ROOT %t = (s32[], f32[8]) tuple(%j, %ag)
 }
 
-%decode_cond (r: (s32[], pred[])) -> pred[] {
-  %r = (s32[], pred[]) parameter(0)
-  %k = s32[] get-tuple-element(%r), index=0
-  %limit = s32[] constant(64)
-  %lt3 = pred[] compare(%k, %limit), direction=LT
-  %live = pred[] get-tuple-element(%r), index=1
-  ROOT %both = pred[] and(%lt3, %live)
-}
+"""
+    + DECODE_COND
+    + """
 
 %decode_body (r: (s32[], pred[])) -> (s32[], pred[]) {
   %r = (s32[], pred[]) parameter(0)
@@ -244,6 +248,7 @@ ENTRY %main (p: (s32[], pred[])) -> (s32[], pred[]) {
   ROOT %w = (s32[], pred[]) while(%p), condition=%decode_cond, body=%decode_body
 }
 """
+)
 
 
 def test_nested_loops_count_per_iteration_of_the_unknown_loop():
