@@ -56,7 +56,9 @@ def take_groups(
     """One `Generated` of the picked (round, group) pairs' rows, in pick order.
 
     Rows of rounds with different widths (prompt buckets) are padded on the right: tokens with
-    `pad_id`, masks with False, log-probs with 0, token versions with -1.
+    `pad_id`, masks with False, log-probs with 0, token versions with -1. Times and reward
+    error counts add up over the rounds; the decode-work counters (`work`) are the first
+    round's.
     """
     rows = {r: [] for r in range(len(rounds))}
     order = []  # (round, position among that round's picked rows) in pick order
