@@ -38,17 +38,18 @@ from jaxrl_llm.models.transformer import KVCache, Transformer
 from jaxrl_llm.rollout import batching, kv_cache
 from jaxrl_llm.rollout.decode_state import (
     DecodeSlots,
+    DecodeStatic,
     DecodeWork,
     RowOptions,
     RowResults,
-    _Static,
     decode_step,
     initial_rows,
     initial_slots,
     record_tokens,
     rollout_of,
+    shared_prefill,
 )
-from jaxrl_llm.rollout.engine import GenerationConfig, Generator, _shared_prefill
+from jaxrl_llm.rollout.engine import GenerationConfig, Generator
 from jaxrl_llm.rollout.prefix_sharing import plan_prefill
 from jaxrl_llm.rollout.types import Rollout
 
@@ -95,7 +96,7 @@ def _admit(
     stop_sw,
     *,
     graphdef,
-    static: _Static,
+    static: DecodeStatic,
     cache_shardings,
 ) -> _Pool:
     """Prefills k prompts (rows `rows_k`) and installs them in slots `slots_k` (index num_slots:
@@ -103,7 +104,7 @@ def _admit(
     model = merge_for_compute(graphdef, state)
     prompt_bucket = pool.rows.tokens.shape[1] - static.max_new_tokens
     cache_dtype = None if static.cache_dtype is None else jnp.dtype(static.cache_dtype)
-    logits_kv, cache = _shared_prefill(
+    logits_kv, cache = shared_prefill(
         model, prefix_l, suffix_ks, suffix_len_k, prompt_bucket, cache_dtype, cache_shardings
     )
     new = initial_slots(rows_k, cache, stop_sw.shape[1])
@@ -133,7 +134,7 @@ def _decode(
     stop_sw,
     *,
     graphdef,
-    static: _Static,
+    static: DecodeStatic,
     cache_shardings,
 ) -> _Pool:
     """Decodes every slot until at least `refill_at` slots are free or all are."""

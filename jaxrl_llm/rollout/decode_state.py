@@ -10,7 +10,7 @@ a smaller batch of slots. `engine.Generator` runs these in one jitted program; `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,13 +21,10 @@ from jaxrl_llm.rollout import batching, kv_cache
 from jaxrl_llm.rollout.sampling import sample_tokens, step_keys
 from jaxrl_llm.rollout.types import FinishReason, Rollout
 
-if TYPE_CHECKING:  # the engine's packed inputs (the engine imports this module)
-    from jaxrl_llm.rollout.engine import PaddedInputs
-
 Array = jax.Array
 
 
-class _Static(NamedTuple):
+class DecodeStatic(NamedTuple):
     """The options that change the compiled program (hashable static argument)."""
 
     max_new_tokens: int
@@ -91,7 +88,7 @@ class DecodeSlots(NamedTuple):
     window: Array  # int32 [b, W], the last W completion tokens (WINDOW_EMPTY before the first)
 
 
-class _LoopState(NamedTuple):
+class LoopState(NamedTuple):
     step: Array  # [] tokens sampled so far, j
     rows: RowResults
     slots: DecodeSlots
@@ -178,7 +175,7 @@ def record_tokens(
     options: RowOptions,
     eos_ids_e: Array,
     stop_sw: Array,
-    static: _Static,
+    static: DecodeStatic,
 ) -> tuple[RowResults, DecodeSlots]:
     """Samples token j = step_b of each slot's row and records it; finished rows are masked.
 
@@ -274,9 +271,9 @@ def rollout_of(rows: RowResults, prompt_len_b: Array) -> Rollout:
     )
 
 
-def _record_step(
-    s: _LoopState, logits_bv: Array, inputs: PaddedInputs, static: _Static
-) -> _LoopState:
+def record_step(
+    s: LoopState, logits_bv: Array, inputs: PaddedInputs, static: DecodeStatic
+) -> LoopState:
     step_b = jnp.broadcast_to(s.step, s.slots.rows.shape)
     rows, slots = record_tokens(
         s.rows, s.slots, step_b, logits_bv, inputs.options, inputs.eos_ids_e, inputs.stop_sw, static
@@ -284,7 +281,7 @@ def _record_step(
     return s._replace(step=s.step + 1, rows=rows, slots=slots)
 
 
-def live_rows(s: _LoopState, shards: int = 1) -> Array:
+def live_rows(s: LoopState, shards: int = 1) -> Array:
     """int32 []: unfinished rows in the current decode batch; with its rows split over `shards`
     devices, the most any shard holds."""
     live_b = ~s.rows.done[s.slots.rows]
@@ -293,19 +290,19 @@ def live_rows(s: _LoopState, shards: int = 1) -> Array:
 
 def decode_until(
     model: Transformer,
-    s: _LoopState,
+    s: LoopState,
     inputs: PaddedInputs,
     *,
     until: Array | int,
     next_size: Array | int,
-    static: _Static,
+    static: DecodeStatic,
     cache_shardings,
-) -> _LoopState:
+) -> LoopState:
     """Decodes the current stage's batch while fewer than `until` (<= N) tokens are sampled and
     more than `next_size` of its rows are unfinished (per row shard: more than its share)."""
     prompt_len = inputs.options.prompt_len
 
-    def body(s: _LoopState) -> _LoopState:
+    def body(s: LoopState) -> LoopState:
         # Finished rows in the batch keep computing (it is dense) but their writes are masked.
         slots = s.slots
         positions = prompt_len[slots.rows] + s.step - 1
@@ -314,9 +311,9 @@ def decode_until(
             slots=slots._replace(cache=kv_cache.constrain(cache, cache_shardings)),
             row_steps=s.row_steps + slots.rows.shape[0],
         )
-        return _record_step(s, logits_bv, inputs, static)
+        return record_step(s, logits_bv, inputs, static)
 
-    def cond(s: _LoopState) -> Array:
+    def cond(s: LoopState) -> Array:
         live = live_rows(s, static.shards)  # per shard: each must fit its share of next_size
         return (s.step < jnp.minimum(until, static.max_new_tokens)) & (
             live > next_size // static.shards
@@ -325,7 +322,7 @@ def decode_until(
     return jax.lax.while_loop(cond, body, s)
 
 
-def compact(s: _LoopState, size: int, cache_shardings, shards: int = 1) -> _LoopState:
+def compact(s: LoopState, size: int, cache_shardings, shards: int = 1) -> LoopState:
     """Gathers the live rows (first, in slot order) into a decode batch of `size` slots; with
     the rows split over `shards` devices, each shard keeps its own `size / shards` (the row
     moves stay on each device: `kv_cache.take_rows_per_shard`)."""
@@ -351,3 +348,36 @@ def per_row_values(value, batch: int, padded: int, default: float) -> np.ndarray
     else:
         raise ValueError(f"generate: got {arr.size} per-prompt values for {batch} prompts.")
     return out
+
+
+def shared_prefill(
+    model, prefix_l, suffix_us, suffix_len_u, prompt_len: int, cache_dtype, cache_shardings
+):
+    """Prefills a `PrefillPlan`'s prefix and suffixes into a [U_pad, ..., P] cache.
+
+    Returns (float32 logits [U_pad, V] at each suffix's last token, the cache).
+    """
+    rows = suffix_us.shape[0]
+    start = prefix_l.shape[0]
+    cache = kv_cache.allocate_in_program(model, rows, prompt_len, dtype=cache_dtype)
+    if start:
+        one = kv_cache.allocate_in_program(model, 1, prompt_len, dtype=cache_dtype)
+        positions = jnp.arange(start, dtype=jnp.int32)[None]
+        _, one = model.hidden_states(prefix_l[None], positions_bt=positions, kv_cache=one)
+        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows,) + x.shape[1:]), one)
+    cache = kv_cache.constrain(cache, cache_shardings)
+    return prefill(model, suffix_us, suffix_len_u, cache, start=start)
+
+
+class PaddedInputs(NamedTuple):
+    """A packed batch's device inputs to the decode programs (see `Generator.padded_inputs`)."""
+
+    prompt_bt: Array  # int32 [B_pad, P]
+    prefix_l: Array  # int32 [L], the prefix every prompt shares (empty unless "common")
+    suffix_us: Array  # int32 [U_pad, P - L], the prompts to prefill
+    suffix_len_u: Array  # int32 [U_pad]
+    source_b: Array  # int32 [B_pad], the prefilled row each row copies
+    active_b: Array  # bool [B_pad], False at padding rows
+    options: RowOptions
+    eos_ids_e: Array
+    stop_sw: Array

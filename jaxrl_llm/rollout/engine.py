@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,19 +48,20 @@ from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.rollout import batching, kv_cache
 from jaxrl_llm.rollout.decode_state import (
+    DecodeStatic,
     DecodeWork,
+    LoopState,
+    PaddedInputs,
     RowOptions,
-    _LoopState,
-    _record_step,
-    _Static,
     compact,
     compaction_stages,
     decode_until,
     initial_rows,
     initial_slots,
     per_row_values,
-    prefill,
+    record_step,
     rollout_of,
+    shared_prefill,
 )
 from jaxrl_llm.rollout.generation_config import GenerationConfig
 from jaxrl_llm.rollout.prefix_sharing import plan_prefill
@@ -80,49 +80,16 @@ def trace_count() -> int:
     return _TRACES["generate"]
 
 
-def _shared_prefill(
-    model, prefix_l, suffix_us, suffix_len_u, prompt_len: int, cache_dtype, cache_shardings
-):
-    """Prefills a `PrefillPlan`'s prefix and suffixes into a [U_pad, ..., P] cache.
-
-    Returns (float32 logits [U_pad, V] at each suffix's last token, the cache).
-    """
-    rows = suffix_us.shape[0]
-    start = prefix_l.shape[0]
-    cache = kv_cache.allocate_in_program(model, rows, prompt_len, dtype=cache_dtype)
-    if start:
-        one = kv_cache.allocate_in_program(model, 1, prompt_len, dtype=cache_dtype)
-        positions = jnp.arange(start, dtype=jnp.int32)[None]
-        _, one = model.hidden_states(prefix_l[None], positions_bt=positions, kv_cache=one)
-        cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows,) + x.shape[1:]), one)
-    cache = kv_cache.constrain(cache, cache_shardings)
-    return prefill(model, suffix_us, suffix_len_u, cache, start=start)
-
-
-class PaddedInputs(NamedTuple):
-    """A packed batch's device inputs to the decode programs (see `Generator.padded_inputs`)."""
-
-    prompt_bt: Array  # int32 [B_pad, P]
-    prefix_l: Array  # int32 [L], the prefix every prompt shares (empty unless "common")
-    suffix_us: Array  # int32 [U_pad, P - L], the prompts to prefill
-    suffix_len_u: Array  # int32 [U_pad]
-    source_b: Array  # int32 [B_pad], the prefilled row each row copies
-    active_b: Array  # bool [B_pad], False at padding rows
-    options: RowOptions
-    eos_ids_e: Array
-    stop_sw: Array
-
-
 def start_decode(
-    model: Transformer, inputs: PaddedInputs, *, static: _Static, cache_shardings
-) -> _LoopState:
+    model: Transformer, inputs: PaddedInputs, *, static: DecodeStatic, cache_shardings
+) -> LoopState:
     """Prefill and the first sampled token: the decode state at step 1, first stage's slots."""
     batch, prompt_bucket = inputs.prompt_bt.shape
     n_new = static.max_new_tokens
     cache_dtype = None if static.cache_dtype is None else jnp.dtype(static.cache_dtype)
     # Prefill into a P-slot cache (its attention then spans P keys, not P + N), then extend it
     # with zero slots: the last sampled token is never fed back, so P + N - 1 slots suffice.
-    logits_bv, cache = _shared_prefill(
+    logits_bv, cache = shared_prefill(
         model,
         inputs.prefix_l,
         inputs.suffix_us,
@@ -139,16 +106,16 @@ def start_decode(
         )
         cache = kv_cache.constrain(cache, cache_shardings)
     cache = kv_cache.constrain(kv_cache.extend(cache, n_new - 1), cache_shardings)
-    init = _LoopState(
+    init = LoopState(
         step=jnp.zeros((), jnp.int32),
         rows=initial_rows(inputs.prompt_bt, n_new, static.pad_id, done_b=~inputs.active_b),
         slots=initial_slots(jnp.arange(batch, dtype=jnp.int32), cache, inputs.stop_sw.shape[1]),
         row_steps=jnp.zeros((), jnp.int32),
     )
-    return _record_step(init, logits_bv, inputs, static)
+    return record_step(init, logits_bv, inputs, static)
 
 
-def finish_decode(s: _LoopState, inputs: PaddedInputs) -> tuple[Rollout, DecodeWork]:
+def finish_decode(s: LoopState, inputs: PaddedInputs) -> tuple[Rollout, DecodeWork]:
     """The `Rollout` and `DecodeWork` of a finished decode state."""
     batch, prompt_bucket = inputs.prompt_bt.shape
     rollout = rollout_of(s.rows, inputs.options.prompt_len)
@@ -165,7 +132,9 @@ def finish_decode(s: _LoopState, inputs: PaddedInputs) -> tuple[Rollout, DecodeW
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "static", "cache_shardings"))
-def _generate_padded(state, inputs: PaddedInputs, *, graphdef, static: _Static, cache_shardings):
+def _generate_padded(
+    state, inputs: PaddedInputs, *, graphdef, static: DecodeStatic, cache_shardings
+):
     _TRACES["generate"] += 1
     model = merge_for_compute(graphdef, state)  # cast once per rollout, not per token
     s = start_decode(model, inputs, static=static, cache_shardings=cache_shardings)
@@ -328,7 +297,7 @@ class Generator:
 
     def program_options(
         self, padded: int, *, copies_rows: bool, stages: tuple[int, ...] | None = None
-    ) -> _Static:
+    ) -> DecodeStatic:
         """The static options of a decode program of `padded` rows for this config: its
         compaction stages (default from the config; with the rows split over several devices
         by the cache layout, each device compacts its own rows) and row shards."""
@@ -338,7 +307,7 @@ class Generator:
             stages = compaction_stages(
                 padded, enabled=c.compaction, min_batch=c.min_compact_batch, shards=shards
             )
-        return _Static(
+        return DecodeStatic(
             max_new_tokens=int(c.max_new_tokens),
             top_k=c.top_k,
             use_top_p=c.top_p is not None,

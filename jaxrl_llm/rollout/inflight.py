@@ -31,8 +31,14 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.models.precision import merge_for_compute
-from jaxrl_llm.rollout.decode_state import DecodeWork, compact, decode_until, live_rows
-from jaxrl_llm.rollout.engine import Generator, PaddedInputs, finish_decode, start_decode
+from jaxrl_llm.rollout.decode_state import (
+    DecodeWork,
+    PaddedInputs,
+    compact,
+    decode_until,
+    live_rows,
+)
+from jaxrl_llm.rollout.engine import Generator, finish_decode, start_decode
 from jaxrl_llm.rollout.types import Rollout
 
 # Returns (version, params in the generator's layout): the newest weights to decode with.
