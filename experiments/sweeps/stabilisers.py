@@ -22,7 +22,10 @@ SETTINGS = concat(
     # dynamic sampling alone: every group of a step carries a gradient
     fixed(DYNAMIC),
     # + the soft overlong penalty and an entropy floor (the collapse the progress bar shows)
-    fixed({**DYNAMIC, **ENTROPY, "stabilise.overlong": "soft"}),
+    # (a 6-token ramp before the 32-token limit: DAPO's L_cache / L_max is 4096 / 20480)
+    fixed(
+        {**DYNAMIC, **ENTROPY, "stabilise.overlong": "soft", "stabilise.overlong_cache_tokens": 6}
+    ),
     # + KL to the initial policy (k3, as DeepSeekMath) and a cosine-decaying rate
     fixed({**DYNAMIC, "loss.kl_beta": 0.04, "optimizer.schedule": "cosine"}),
     # a lower rate with dynamic sampling (3e-5 collapsed chain_sum at 5e-5 before)

@@ -106,7 +106,7 @@ class ReasoningGymSource:
         candidates = size
         if split is not None:
             self._side = SideIndex(
-                lambda i: self._dataset[i]["question"],
+                self._question_at,  # a bound method: the source stays picklable
                 side=split,
                 size=size,
                 held_out_fraction=held_out_fraction,
@@ -133,6 +133,10 @@ class ReasoningGymSource:
 
     def __len__(self) -> int:
         return self.size
+
+    def _question_at(self, candidate: int) -> str:
+        """The question of generator entry `candidate` (what the split hashes)."""
+        return self._dataset[candidate]["question"]
 
     def __getitem__(self, index: int) -> Example:
         """The example at `index` (negative indices count from the end)."""

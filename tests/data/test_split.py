@@ -146,3 +146,12 @@ def test_multi_if_train_and_test_conversations_are_disjoint():
     train = multi_if_examples(300, seed=0, split="train")
     test = multi_if_examples(100, seed=0, split="test")
     assert keys(train) & keys(test) == set()
+
+
+def test_a_split_source_pickles():
+    """A two-process run sends the training pool to the generator process."""
+    import pickle
+
+    pool = task_source("chain_sum", seed=0, size=100, split="train")
+    copy = pickle.loads(pickle.dumps(pool))
+    assert [copy[i].question for i in (0, 50, 99)] == [pool[i].question for i in (0, 50, 99)]
