@@ -24,17 +24,28 @@ room for repeated steps); the argument after ":" picks the stage:
 add --config.model.name=smollm2-135m-instruct to stages 2 and 3.
 """
 
+import importlib.util
+import os
+
 from jaxrl_llm.config import config_for
 from jaxrl_llm.data.presets import STEP_INSTRUCTION
 from jaxrl_llm.data.sft import STEPS_RESPONSE_TEMPLATE
-from jaxrl_llm.runners.process_reward_model import prm_config
-from jaxrl_llm.runners.sft import sft_config
 
 WORKDIR = "runs/prm_steps"
 SFT_MODEL = f"{WORKDIR}/sft/model"
 PROCESS_MODEL = f"{WORKDIR}/prm/process_reward_model"
 MAX_NEW_TOKENS = 96  # 3-4 operation lines and the answer take about 45; the rest allows repeats
 STAGES = ("sft", "prm", "rl")
+
+
+def _sibling_config(file_name: str):
+    """`get_config()` of another experiment config beside this one (a stage's settings are
+    written once, in its own file)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file_name)
+    spec = importlib.util.spec_from_file_location(f"_sibling_{file_name[:-3]}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
 
 
 def task_fields(config) -> None:
@@ -48,32 +59,19 @@ def get_config(stage: str = "rl"):
     """The config of `stage`: "sft", "prm" (the process reward model) or "rl" (PPO, dense)."""
     if stage not in STAGES:
         raise ValueError(f"ppo_prm_steps_smollm2.py:{stage}: the stage must be one of {STAGES}.")
-    if stage == "sft":
-        config = sft_config()
+    if stage == "sft":  # sft_smollm2.py's schedule, on worked solutions of this task
+        config = _sibling_config("sft_smollm2.py")
         with config.unlocked():
             task_fields(config)
             config.sft.response_template = STEPS_RESPONSE_TEMPLATE
-            config.train.num_steps = 60
-            config.train.checkpoint_every = 20
-            config.sft.batch_size = 16
-            config.sft.max_length = 192
-            config.sft.eval_records = 64
-            config.sft.eval_every = 20
-            config.optimizer.learning_rate = 1e-5
-            config.optimizer.warmup_steps = 5
         return config
-    if stage == "prm":
-        config = prm_config()
+    if stage == "prm":  # prm_smollm2.py's schedule, from the SFT policy, at this length
+        config = _sibling_config("prm_smollm2.py")
         with config.unlocked():
             task_fields(config)
             config.model.name = SFT_MODEL
             config.prm.max_new_tokens = MAX_NEW_TOKENS  # the RL stage's rollout length
             config.prm.max_length = 256
-            config.train.num_steps = 40
-            config.train.checkpoint_every = 20
-            config.prm.eval_every = 10
-            config.optimizer.learning_rate = 1e-5
-            config.optimizer.warmup_steps = 5
         return config
     config = config_for("ppo")
     with config.unlocked():
