@@ -227,7 +227,15 @@ def task_source(
     )
 
 
-def task_pool(task_section: Any, *, side: str, seed: int | None = None, name: str | None = None):
+def task_pool(
+    task_section: Any,
+    *,
+    side: str,
+    seed: int | None = None,
+    name: str | None = None,
+    size: int | None = None,
+    eval_seed: int | None = None,
+):
     """One side of a run's task: its training pool or its held-out set (`config.task`).
 
     Args:
@@ -238,6 +246,8 @@ def task_pool(task_section: Any, *, side: str, seed: int | None = None, name: st
         set whatever the run's seed).
       seed: the training pool's seed (the run's `config.seed`); unused for "held_out".
       name: another task than `task_section.name` (it then runs with its preset's fields).
+      size: questions wanted, instead of the section's `train_size` / `eval_size`.
+      eval_seed: the held-out draw's seed, instead of the section's `eval_seed`.
 
     Returns:
       A `ReasoningGymSource` on that side of the hash split (`jaxrl_llm.data.split`).
@@ -254,10 +264,14 @@ def task_pool(task_section: Any, *, side: str, seed: int | None = None, name: st
     kwargs = task_section.kwargs
     overrides = (kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs)) if own else None
     held_out = side == "held_out"
+    if held_out:
+        seed = task_section.eval_seed if eval_seed is None else eval_seed
+    if size is None:
+        size = task_section.eval_size if held_out else task_section.train_size
     return task_source(
         task_section.name if name is None else name,
-        seed=task_section.eval_seed if held_out else seed,
-        size=task_section.eval_size if held_out else task_section.train_size,
+        seed=seed,
+        size=size,
         overrides=overrides,
         split=side,
         held_out_fraction=task_section.get("held_out_fraction", DEFAULT_HELD_OUT_FRACTION),

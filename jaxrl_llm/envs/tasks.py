@@ -104,10 +104,7 @@ def calculator_task(config: ml_collections.ConfigDict) -> EpisodeTask:
     def examples(split: str, seed: int, size: int) -> list[Example]:
         # the hash split of jaxrl_llm.data.split: "test" examples are distinct held-out questions
         side = "held_out" if split == "test" else "train"
-        task = config.task.copy_and_resolve_references()
-        with task.unlocked():
-            task.eval_size, task.eval_seed, task.train_size = size, seed, size
-        return list(task_pool(task, side=side, seed=seed))
+        return list(task_pool(config.task, side=side, seed=seed, size=size, eval_seed=seed))
 
     def make_env() -> Environment:
         return ToolEnv(

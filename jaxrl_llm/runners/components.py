@@ -187,11 +187,13 @@ def build_eval_sets(
     """
     if names is None:
         names = [config.task.name] + [n for n in eval_task_names(config) if n != config.task.name]
-    task = config.task.copy_and_resolve_references()
-    with task.unlocked():
-        task.eval_size = task.eval_size if size is None else size
-        task.eval_seed = task.eval_seed if seed is None else seed
-    return [EvalSet(name, list(task_pool(task, side="held_out", name=name))) for name in names]
+    return [
+        EvalSet(
+            name,
+            list(task_pool(config.task, side="held_out", name=name, size=size, eval_seed=seed)),
+        )
+        for name in names
+    ]
 
 
 class Roles(NamedTuple):
