@@ -11,12 +11,11 @@ on questions it cannot have seen.
 import os
 import sys
 
-from jaxrl_llm.config import load_config
 from jaxrl_llm.data.presets import task_source
 from jaxrl_llm.evals import EvalSet, Evaluator
 from jaxrl_llm.models import from_pretrained
-from jaxrl_llm.runners import components
-from jaxrl_llm.runners.online_sync import eval_settings
+from jaxrl_llm.runners import components, load_config
+from jaxrl_llm.runners.evaluation import eval_settings
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sft_smollm2.py")
 

@@ -4,15 +4,14 @@
 
 Every field has a comment; the algorithm's sections come from its module
 (`jaxrl_llm.algorithms.<name>.default_config`). `validate_config` is the one place a config is
-checked (base fields, placement, then the algorithm's own `validate`) and names the field and the
-fix for a bad value; `load_config` suggests close matches for an unknown key.
+checked (base fields, the sections' own checks, placement, then the algorithm's `validate`) and
+names the field and the fix for a bad value; `apply_overrides` suggests close matches for an
+unknown key. Reading a config file for its stage is `jaxrl_llm.runners.stages.load_config`.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,79 +65,15 @@ def base_config() -> ml_collections.ConfigDict:
         )
     )
 
-    c.task = ml_collections.ConfigDict()
-    # A task preset (jaxrl_llm.data.presets: chain_sum, gcd, lcm, products, basic_arithmetic, ...)
-    # or any reasoning-gym task name. The chain_sum preset: two terms of one or two digits;
-    # SmolLM2-135M-Instruct starts near 20% (greedy, last-number answers).
-    c.task.name = "chain_sum"
-    # Generator fields replacing the preset's (or the generator's defaults for a task without a
-    # preset); on the command line a dict literal: --config.task.kwargs="{'max_value': 60}".
-    c.task.kwargs = ml_collections.ConfigDict()
-    # Size of the training pool (cycled in seeded epochs), drawn with config.seed from the train
-    # side of the split below.
-    c.task.train_size = 10_000
-    # Held-out evaluation prompts: eval_size distinct questions of the held-out side, drawn with
-    # eval_seed (the same set whatever config.seed).
-    c.task.eval_size = 200
-    c.task.eval_seed = 1_000_003
-    # The share of every question space held out: a question's side is a hash of its text
-    # (jaxrl_llm.data.split), so no question is both trained on and evaluated.
-    c.task.held_out_fraction = 0.1
-    # System message; None keeps the chat template's default.
-    c.task.system_prompt = ml_collections.FieldReference(None, field_type=str)
-    # Text appended to every question.
-    c.task.instruction_suffix = ""
+    # The prompts: task, pool sizes, held-out split, prompt format; see jaxrl_llm/data/config.py.
+    from jaxrl_llm.data.config import task_section
 
-    c.rewards = ml_collections.ConfigDict()
-    # Weight of the task scorer on the completion's answer (1 = correct; see answer_rule).
-    c.rewards.task_weight = 1.0
-    # Keep the task scorer's partial credit (reasoning-gym: len(reference) / len(answer) when
-    # the reference is a substring). Off: the task reward is 1 for a right answer, else 0;
-    # partial credit was farmed on gcd ("315" for 3; docs/recipe.md).
-    c.rewards.partial_credit = False
-    # How the task reward reads a completion's answer (jaxrl_llm.rewards.extract_answer):
-    # "last_number" (its last number; pays for ending on a number copied from the question, the
-    # lcm hack of docs/recipe.md) or "stated" (the last number unless it copies a question
-    # number with no "=", "is", "equals", "answer:" ... before it; then the last stated number).
-    # The evaluator reads answers the same way.
-    c.rewards.answer_rule = "last_number"
-    # Chance correction (Cohen's kappa per sample, jaxrl_llm.rewards.chance): a wrong answer a
-    # also costs q(a) / (1 - q(a)), q(a) its share among the training pool's reference answers,
-    # so a constant answer earns 0 in expectation (gcd's "2"); a right answer still earns 1.
-    # Added as the reward "chance" with task_weight; reward/accuracy stays plain correctness.
-    # Needs a task whose answers are single numbers.
-    c.rewards.chance_correction = False
-    # Weight of the optional format reward (0 disables it).
-    c.rewards.format_weight = 0.0
-    # Weight of a reward for length alone (min(words / length_max_words, 1)); 0 disables it.
-    # A policy farms it: the reward hack the constraints of docs/constraints.md hold off.
-    c.rewards.length_weight = 0.0
-    c.rewards.length_max_words = 64
-    # Seconds a reward function may take per sample before it counts as 0.
-    c.rewards.timeout_s = 5.0
-    # A reward model: the directory of a saved scalar-head model (`save_scalar_model`), scored
-    # on device at the last token of prompt + completion and added with `model_weight`; "" = none.
-    # Several directories, comma-separated, make an ensemble combined by `ensemble`.
-    c.rewards.model = ""
-    c.rewards.model_weight = 1.0
-    # How an ensemble of reward models combines: "mean", "min" or "mean_minus_std" (mean - k std,
-    # k = ensemble_k); see jaxrl_llm.rewards.ensemble.
-    c.rewards.ensemble = "mean"
-    c.rewards.ensemble_k = 1.0
-    # A process reward model (`process_reward_model` stage): its per-step scores, refined by
-    # `process_refinement` ("none", "clip" with threshold `process_eta` in (0, 1], or "delta";
-    # Gao et al. 2024) and summed, are added with `process_weight`; "" = none. Steps split on
-    # `step_marker`; a completion without it is one step (jaxrl_llm/rewards/process.py).
-    c.rewards.process_model = ""
-    c.rewards.process_weight = 1.0
-    c.rewards.process_refinement = "none"
-    c.rewards.process_eta = 0.5
-    c.rewards.step_marker = "\n"
-    # Where the process reward enters RL: "summed" into each completion's reward (every
-    # algorithm), or "dense": each step's refined reward on the step's last token and the
-    # success reward on the final token, turned into per-token advantages by a critic's GAE
-    # (PPO only; Gao et al.'s setting). Same return either way; dense changes the credit.
-    c.rewards.process_placement = "summed"
+    c.task = task_section()
+
+    # Reward functions, learned rewards and how they combine; see jaxrl_llm/rewards/config.py.
+    from jaxrl_llm.rewards.config import rewards_section
+
+    c.rewards = rewards_section()
 
     c.rollout = ml_collections.ConfigDict()
     # Prompts per step and completions per prompt (the GRPO group).
@@ -160,6 +95,11 @@ def base_config() -> ml_collections.ConfigDict:
     # this many (the same samples); 0 decodes them all in one program. What keeps a large
     # step's KV cache within a chip (`python -m jaxrl_llm.plan` picks it; docs/scale.md).
     c.rollout.decode_batch = 0
+    # The decode steps' attention: "auto" runs the platform's kernel that reads only each row's
+    # filled KV-cache blocks (Pallas paged attention on TPU, split-K decode attention on GPU)
+    # where it fits, else "xla", the masked full-cache attention; "kernel" insists on the
+    # kernel (CPU: the jnp reference). See jaxrl_llm.rollout.attention_choice.
+    c.rollout.decode_attention = "auto"
 
     c.optimizer = ml_collections.ConfigDict()
     # AdamW peak learning rate, warmup (in optimizer updates) and schedule after it.
@@ -235,18 +175,10 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.stabilise = stabilisers_section()
 
-    c.placement = ml_collections.ConfigDict()
-    # "colocated": every role on one mesh; the rollout reads the actor's weights resharded
-    # from the train layout (FSDP x TP rules) to the decode layout (TP rules) each step.
-    # "split": the rollout gets its own devices; weights move there device to device.
-    c.placement.mode = "colocated"
-    # ("data", "model") sizes of the train mesh (actor, reference, critic), on the first
-    # data * model devices.
-    c.placement.train_mesh = (1, 1)
-    # ("data", "model") sizes of the rollout mesh: in split mode on the next devices; colocated,
-    # a decode mesh of its own shape over the train mesh's devices when it has as many devices
-    # (e.g. train (16, 4), rollout (8, 8)), else the train mesh itself.
-    c.placement.rollout_mesh = (1, 1)
+    # Which devices and meshes the roles run on; see jaxrl_llm/roles/placement.py.
+    from jaxrl_llm.roles.placement import placement_section
+
+    c.placement = placement_section()
 
     # Constraints: judges, CGPO (crpg / crraft / codpo), Lagrangian multipliers and per-class
     # token budgets (IBPO); see jaxrl_llm/constraints/config.py and docs/constraints.md.
@@ -440,6 +372,14 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.train.remat={config.train.remat!r} must be one of {REMAT_POLICIES}."
         )
+    from jaxrl_llm.rollout.attention_choice import DECODE_ATTENTION
+
+    decode_attention = config.rollout.get("decode_attention", "auto")
+    if decode_attention not in DECODE_ATTENTION:
+        raise ValueError(
+            f"config.rollout.decode_attention={decode_attention!r} must be one of "
+            f"{DECODE_ATTENTION}."
+        )
     from jaxrl_llm.rollout.prefix_sharing import PREFIX_SHARING_MODES
 
     if config.rollout.prefix_sharing not in PREFIX_SHARING_MODES:
@@ -450,11 +390,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     from jaxrl_llm.data.presets import resolve_task, task_pool
     from jaxrl_llm.data.split import check_held_out_fraction
     from jaxrl_llm.envs.config import validate_env_section
-    from jaxrl_llm.envs.tasks import TASKS_WITH_OWN_DATA
+    from jaxrl_llm.envs.task_registry import has_own_data
 
     validate_env_section(config)
     check_held_out_fraction(config.task.held_out_fraction, field="config.task.held_out_fraction")
-    if config.env.name not in TASKS_WITH_OWN_DATA:  # else the episode task makes its examples
+    if not has_own_data(config.env.name):  # else the episode task makes its examples
         resolve_task(config.task.name, config.task.kwargs.to_dict())  # names a bad task or field
         # a held-out side too small for eval_size stops the run here, before the model loads
         task_pool(config.task, side="held_out")
@@ -471,51 +411,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.train.max_time_s={config.train.max_time_s} and "
             f"config.eval.every={config.eval.every} must be >= 0 (0 disables)."
         )
-    from jaxrl_llm.rewards.ensemble import ENSEMBLE_MODES
+    from jaxrl_llm.rewards.config import validate_rewards_section
 
-    if config.rewards.ensemble not in ENSEMBLE_MODES or config.rewards.ensemble_k < 0:
-        raise ValueError(
-            f"config.rewards.ensemble={config.rewards.ensemble!r} must be one of "
-            f"{ENSEMBLE_MODES} and config.rewards.ensemble_k={config.rewards.ensemble_k} >= 0."
-        )
-    from jaxrl_llm.rewards import check_answer_rule, task_answer_prior
-
-    check_answer_rule(config.rewards.get("answer_rule", "last_number"))
-    if config.rewards.get("chance_correction"):
-        if config.env.name:
-            raise ValueError(
-                f"config.rewards.chance_correction=True corrects the single-turn task reward; "
-                f"episodes of config.env.name={config.env.name!r} are scored by their "
-                "environment: set config.rewards.chance_correction=False."
-            )
-        task_answer_prior(config.task, seed=config.seed)  # answers that are not single numbers
-    from jaxrl_llm.rewards.refinement import REFINEMENTS
-
-    if config.rewards.process_refinement not in REFINEMENTS or not config.rewards.step_marker:
-        raise ValueError(
-            f"config.rewards.process_refinement={config.rewards.process_refinement!r} must be "
-            f"one of {REFINEMENTS}, and config.rewards.step_marker non-empty."
-        )
-    from jaxrl_llm.rewards.process import PLACEMENTS, check_eta
-
-    placement = config.rewards.get("process_placement", "summed")
-    if placement not in PLACEMENTS:
-        raise ValueError(
-            f"config.rewards.process_placement={placement!r} must be one of {PLACEMENTS}."
-        )
-    if config.rewards.process_model and config.rewards.process_refinement == "clip":
-        check_eta(config.rewards.process_eta, field="config.rewards.process_eta")
-    if placement == "dense" and not config.rewards.process_model:
-        raise ValueError(
-            "config.rewards.process_placement='dense' places a process reward model's step "
-            "rewards, and config.rewards.process_model is empty: set it (the "
-            "process_reward_model stage's output) or process_placement='summed'."
-        )
-    if placement == "dense" and config.env.name:
-        raise ValueError(
-            "config.rewards.process_placement='dense' applies to single-turn rollouts, not to "
-            f"episode runs (config.env.name={config.env.name!r}): set process_placement='summed'."
-        )
+    validate_rewards_section(config)
     from jaxrl_llm.roles.placement import validate_placement
 
     validate_placement(config.placement)
@@ -534,7 +432,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(e.args[0]) from e
     _check_sections(config, spec)
     spec.validate(config)
-    if placement == "dense" and not spec.make(config).needs("critic"):
+    dense = config.rewards.get("process_placement", "summed") == "dense"
+    if dense and not spec.make(config).needs("critic"):
         raise ValueError(
             f"config.rewards.process_placement='dense' needs an algorithm with a critic, whose "
             f"GAE turns per-token rewards into advantages; config.algorithm="
@@ -591,20 +490,4 @@ def apply_overrides(
         for part in parents:
             node = node[part]
         node[leaf] = value
-    return config
-
-
-def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
-    """Loads `get_config()` from a config file, applies overrides, validates (an RL config, or
-    the config of the stage `config.stage` names, `jaxrl_llm.runners.stages`)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Config file not found: {path!r}.")
-    spec = importlib.util.spec_from_file_location(f"_config_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
-    apply_overrides(config, overrides or {})
-    from jaxrl_llm.runners.stages import validate_stage
-
-    validate_stage(config)
     return config

@@ -24,31 +24,36 @@ A trial whose `summary.json` already records the configured number of steps is r
 any other trial runs and resumes from its latest checkpoint. `--launcher xmanager` sends the same
 trials through XManager's local API (`xm_local`) as local binaries: no Docker is needed for that,
 but XManager must be importable (see README, "Research workflow").
+
+Here: the command line, `launch` and the summary tables. The plan (trials, their commands,
+sweep.json) is `jaxrl_llm.launch_plan`; running the trials, `jaxrl_llm.launch_backends`.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import asyncio
 import csv
-import dataclasses
-import json
 import math
 import os
 import shlex
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jaxrl_llm import sweeps as sweeps_lib
+from jaxrl_llm.launch_backends import TrialResult, run_local, run_xmanager
+from jaxrl_llm.launch_plan import parse_value, plan, write_plan
 from jaxrl_llm.metrics import read_metrics
 
-LOG_FILE = "log.txt"
-RETURNCODE_FILE = "returncode"
+__all__ = [
+    "SUMMARY_METRICS",
+    "final_metrics",
+    "launch",
+    "main",
+    "summary_rows",
+    "write_summary",
+]
+
 # Columns of the summary table, when any trial logged them (KL: kl_ref when beta > 0).
 SUMMARY_METRICS = (
     "reward/mean",
@@ -59,315 +64,6 @@ SUMMARY_METRICS = (
     "train/entropy",
     "completion/length",
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Trial:
-    """One planned run of a sweep.
-
-    Attributes:
-      index: position in the sweep.
-      name: directory name (`003_advantage=rloo`).
-      overrides: the sweep's dict for this trial (config keys and `gin/` bindings).
-      workdir: the run directory.
-      argv: the full command line.
-      num_steps: the configured RL steps (a finished trial's summary.json records them).
-    """
-
-    index: int
-    name: str
-    overrides: dict[str, Any]
-    workdir: str
-    argv: tuple[str, ...]
-    num_steps: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class TrialResult:
-    """How a trial ended: status "ok", "failed" or "reused" (finished by an earlier launch)."""
-
-    trial: Trial
-    status: str
-    returncode: int | None
-    seconds: float
-
-
-def flag_value(value: Any) -> str:
-    """A config value as `--config.a.b=` expects it (strings raw, bools lower-case, floats exact)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    return repr(value)
-
-
-def parse_value(text: str) -> Any:
-    """`--set key=value` values: a Python literal (1, 0.5, True, 'x', (1, 2)) or else the string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def trial_command(
-    config_path: str,
-    workdir: str,
-    overrides: Mapping[str, Any],
-    *,
-    gin_files: Sequence[str] = (),
-    gin_bindings: Sequence[str] = (),
-    python: str | None = None,
-) -> list[str]:
-    """The `python -m jaxrl_llm.main` command line of one trial (shared gin first, trial's after)."""
-    config_overrides, trial_bindings = sweeps_lib.split(overrides)
-    if python and os.sep in python:
-        python = os.path.abspath(python)  # trials may start elsewhere (XManager's shell)
-    argv = [
-        python or sys.executable,
-        "-m",
-        "jaxrl_llm.main",
-        "--config",
-        os.path.abspath(config_path),
-    ]
-    argv += ["--workdir", os.path.abspath(workdir), "--no_progress"]
-    argv += [f"--config.{k}={flag_value(v)}" for k, v in config_overrides.items()]
-    argv += [f"--gin_file={os.path.abspath(f)}" for f in gin_files]
-    argv += [f"--gin_bindings={b}" for b in [*gin_bindings, *trial_bindings]]
-    return argv
-
-
-def plan(
-    config_path: str,
-    trials: Sequence[Mapping[str, Any]],
-    sweep_dir: str,
-    *,
-    base: Mapping[str, Any] | None = None,
-    gin_files: Sequence[str] = (),
-    gin_bindings: Sequence[str] = (),
-    python: str | None = None,
-) -> list[Trial]:
-    """Validates every trial's config and lays the sweep out under `sweep_dir`.
-
-    Args:
-      config_path: the experiment's config file (`get_config()`).
-      trials: the sweep, a list of override dicts.
-      sweep_dir: parent of the trials' workdirs.
-      base: config overrides shared by all trials (a trial's own value wins).
-      gin_files, gin_bindings: gin configuration shared by all trials.
-      python: the interpreter that runs trials (default: this one).
-
-    Returns:
-      The trials, in sweep order.
-    """
-    base = dict(base or {})
-    configs = sweeps_lib.check_trials(config_path, trials, base)
-    planned = []
-    for i, (overrides, config) in enumerate(zip(trials, configs, strict=True)):
-        merged = {**base, **overrides}
-        name = sweeps_lib.trial_name(i, overrides)
-        workdir = os.path.abspath(os.path.join(sweep_dir, name))
-        argv = trial_command(
-            config_path,
-            workdir,
-            merged,
-            gin_files=gin_files,
-            gin_bindings=gin_bindings,
-            python=python,
-        )
-        planned.append(
-            Trial(i, name, dict(overrides), workdir, tuple(argv), config.train.num_steps)
-        )
-    return planned
-
-
-def write_plan(sweep_dir: str, config_path: str, trials: Sequence[Trial], **extra: Any) -> str:
-    """Writes `sweep_dir/sweep.json` (what `jaxrl_llm.plots` reads to label a sweep's trials)."""
-    os.makedirs(sweep_dir, exist_ok=True)
-    path = os.path.join(sweep_dir, "sweep.json")
-    payload = {
-        "config": os.path.abspath(config_path),
-        **extra,
-        "trials": [
-            {
-                "index": t.index,
-                "name": t.name,
-                "overrides": t.overrides,
-                "workdir": t.workdir,
-                "command": shlex.join(t.argv),
-            }
-            for t in trials
-        ],
-    }
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=2, default=repr)
-    return path
-
-
-def is_finished(trial: Trial) -> bool:
-    """True when the trial's summary.json records its configured number of steps."""
-    path = os.path.join(trial.workdir, "summary.json")
-    if trial.num_steps is None or not os.path.exists(path):
-        return False
-    with open(path) as f:
-        return json.load(f).get("steps") == trial.num_steps
-
-
-def run_local(
-    trials: Sequence[Trial],
-    *,
-    parallel: int = 1,
-    env: Mapping[str, str] | None = None,
-    rerun: bool = False,
-    poll_s: float = 0.2,
-    log: Callable[[str], None] = print,
-) -> list[TrialResult]:
-    """Runs trials as local subprocesses, at most `parallel` at once; returns results in order.
-
-    Each trial writes stdout and stderr to `workdir/log.txt`. On an exception (Ctrl-C included)
-    the running trials are terminated (their process groups) before it propagates.
-    """
-    if parallel < 1:
-        raise ValueError(f"launch: parallel={parallel} must be >= 1.")
-    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    pending, running, results = list(trials), {}, {}
-    try:
-        while pending or running:
-            while pending and len(running) < parallel:
-                trial = pending.pop(0)
-                if not rerun and is_finished(trial):
-                    results[trial.index] = TrialResult(trial, "reused", None, 0.0)
-                    log(f"[launch] trial {trial.name}: finished earlier, reused")
-                    continue
-                os.makedirs(trial.workdir, exist_ok=True)
-                out = open(os.path.join(trial.workdir, LOG_FILE), "a")
-                proc = subprocess.Popen(
-                    trial.argv,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=child_env,
-                    start_new_session=True,
-                )
-                running[proc] = (trial, time.time(), out)
-                log(
-                    f"[launch] trial {trial.name}: started (pid {proc.pid}, {len(running)} running)"
-                )
-            for proc in list(running):
-                if proc.poll() is None:
-                    continue
-                trial, start, out = running.pop(proc)
-                out.close()
-                status = "ok" if proc.returncode == 0 else "failed"
-                results[trial.index] = TrialResult(
-                    trial, status, proc.returncode, time.time() - start
-                )
-                log(
-                    f"[launch] trial {trial.name}: {status} (exit {proc.returncode}, {time.time() - start:.0f}s)"
-                )
-            if running:
-                time.sleep(poll_s)
-    finally:
-        for proc, (trial, _, out) in running.items():
-            _terminate(proc)
-            out.close()
-            log(f"[launch] trial {trial.name}: terminated")
-    return [results[t.index] for t in trials]
-
-
-def _terminate(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
-def xm_job_args(trial: Trial) -> list[str]:
-    """The `/bin/sh -c` arguments of a trial as an XManager local binary (log and exit code kept)."""
-    log_path = os.path.join(trial.workdir, LOG_FILE)
-    rc_path = os.path.join(trial.workdir, RETURNCODE_FILE)
-    script = (
-        f"mkdir -p {shlex.quote(trial.workdir)} && {shlex.join(trial.argv)} >> {shlex.quote(log_path)} 2>&1; "
-        f"rc=$?; echo $rc > {shlex.quote(rc_path)}; exit $rc"
-    )
-    return ["-c", script]
-
-
-def run_xmanager(
-    trials: Sequence[Trial],
-    *,
-    parallel: int = 1,
-    title: str = "jaxrl_llm sweep",
-    rerun: bool = False,
-    log: Callable[[str], None] = print,
-) -> list[TrialResult]:
-    """Runs trials as work units of one XManager experiment (local executor), `parallel` at once.
-
-    Each trial is an `xm.binary` (`/bin/sh -c "python -m jaxrl_llm.main ..."`) on `xm_local.Local()`:
-    packaging a prebuilt binary needs neither Docker nor Bazel. XManager records the experiment in
-    its local database (`~/.xmanager/experiments.sqlite3`).
-    """
-    try:
-        from absl import flags
-        from xmanager import xm, xm_local
-    except ImportError as e:
-        raise ImportError(
-            f"--launcher xmanager needs XManager ({e}). Its pins (protobuf<7) conflict with "
-            "constraints.txt: install it in a separate launcher venv (README, 'Research workflow')."
-        ) from e
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()  # xm_local reads its absl flags' defaults
-
-    results: dict[int, TrialResult] = {}
-
-    async def _run() -> None:
-        try:
-            await _experiment()
-        except Exception as e:  # on exit XManager re-raises a failed job's error: already recorded
-            if len(results) < len(trials):
-                raise
-            log(f"[launch] XManager: {type(e).__name__}: {e}")
-
-    async def _experiment() -> None:
-        async with xm_local.create_experiment(experiment_title=title) as experiment:
-            [executable] = experiment.package(
-                [xm.binary(executor_spec=xm_local.LocalSpec(), path="/bin/sh")]
-            )
-            gate = asyncio.Semaphore(parallel)
-
-            async def one(trial: Trial) -> None:
-                if not rerun and is_finished(trial):
-                    results[trial.index] = TrialResult(trial, "reused", None, 0.0)
-                    return
-                async with gate:
-                    start = time.time()
-                    os.makedirs(trial.workdir, exist_ok=True)
-                    rc_path = os.path.join(trial.workdir, RETURNCODE_FILE)
-                    if os.path.exists(rc_path):
-                        os.remove(rc_path)
-                    log(f"[launch] trial {trial.name}: started (xmanager)")
-                    unit = await experiment.add(
-                        xm.Job(executable, executor=xm_local.Local(), args=xm_job_args(trial))
-                    )
-                    try:
-                        await unit.wait_until_complete()
-                    except Exception as e:  # a non-zero exit surfaces as an XManager error
-                        log(f"[launch] trial {trial.name}: {type(e).__name__}: {e}")
-                    rc = int(open(rc_path).read()) if os.path.exists(rc_path) else None
-                    status = "ok" if rc == 0 else "failed"
-                    results[trial.index] = TrialResult(trial, status, rc, time.time() - start)
-                    log(
-                        f"[launch] trial {trial.name}: {status} (exit {rc}, work unit {unit.work_unit_id})"
-                    )
-
-            await asyncio.gather(*(one(t) for t in trials))
-            log(f"[launch] XManager experiment {experiment.experiment_id}")
-
-    asyncio.run(_run())
-    return [results[t.index] for t in trials]
 
 
 def final_metrics(workdir: str) -> dict[str, float]:

@@ -3,7 +3,9 @@
 `--gin_file F.gin` and `--gin_bindings 'loss.clip_low = 0.1'` (both repeatable) set config fields
 through `jaxrl_llm.gin_bindings`; a binding wins over the config file and `--config.*` flags.
 
-Parses flags and calls `jaxrl_llm.runners.run_stage(config, workdir)`; nothing else lives here.
+Parses flags, validates the config once (`validate_stage`) and calls
+`jaxrl_llm.runners.run_stage(config, workdir)`, which does not check it again; nothing else
+lives here.
 The algorithm is the config's (`config.algorithm`; experiments/configs/<algorithm>_*.py); a config
 with `stage = "sft"` runs the SFT stage (experiments/configs/sft_*.py).
 """

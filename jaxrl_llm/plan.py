@@ -4,11 +4,12 @@
     python -m jaxrl_llm.plan --config CONFIG.py --topology v5p-128 --config.rollout.group_size=8
 
 Compiles every phase of the config's RL step (the actor's train step, the decode program, the
-reference / critic / reward-model forwards; `jaxrl_llm.scale.programs`) for the topology's
-chips on this CPU through libtpu (the optional `tpu` extra; no TPU needed), for each candidate
-placement (`jaxrl_llm.scale.planner`), rejects what does not fit in HBM with the compiler's
-figure, ranks the rest by predicted step time, and prints the best plans. The chosen plan's
-`config.placement` goes to `--out/placement.json`, with the decode chunk as dotted overrides
+reference / critic / reward-model forwards, the weight sync; `jaxrl_llm.scale.programs`,
+`jaxrl_llm.scale.weight_sync`) for the topology's chips on this CPU through libtpu (the
+optional `tpu` extra; no TPU needed), for each candidate placement (`jaxrl_llm.scale.planner`),
+rejects what does not fit in HBM with the compiler's figure, ranks the rest by predicted step
+time, and prints the best plans. The chosen plan's `config.placement` goes to
+`--out/placement.json`, with the row chunks (decode, frozen forwards) as dotted overrides
 (`apply_overrides`) in `--out/overrides.json` and as flags on stdout; the tables to
 `--out/plan.md`. Compiled reports are cached in `--cache_dir`, so a rerun takes seconds.
 
@@ -86,7 +87,7 @@ def main(argv):
 
     if not jax.config.jax_platforms:  # compile for TPU on this CPU; never take a TPU's chips
         jax.config.update("jax_platforms", "cpu")
-    from jaxrl_llm.config import load_config
+    from jaxrl_llm.runners.stages import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         Searcher,
@@ -161,9 +162,9 @@ def main(argv):
         if best is not None:
             with open(os.path.join(_OUT.value, "placement.json"), "w") as f:
                 json.dump(best.placement, f, indent=1)
-            # Dotted overrides for `jaxrl_llm.config.apply_overrides`: placement + decode chunk.
+            # Dotted overrides for `jaxrl_llm.config.apply_overrides`: placement + chunks.
             overrides = {f"placement.{k}": v for k, v in best.placement.items()}
-            overrides["rollout.decode_batch"] = best.candidate.decode_batch
+            overrides.update(best.chunks())
             with open(os.path.join(_OUT.value, "overrides.json"), "w") as f:
                 json.dump(overrides, f, indent=1)
             if _SAVE_EXECUTABLES.value:
@@ -223,6 +224,7 @@ def _plan_json(plan) -> dict:
         "placement": plan.placement,
         "label": plan.candidate.label(),
         "decode_batch": plan.candidate.decode_batch,
+        "forward_batch": plan.candidate.forward_batch,
         "fits": plan.fits,
         "reason": plan.reason,
         "step_seconds": None if plan.step_seconds == float("inf") else plan.step_seconds,

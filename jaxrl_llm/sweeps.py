@@ -172,7 +172,7 @@ def check_trials(
     Raises:
       ValueError naming the trial, the key and the fix (unknown keys list close matches).
     """
-    from jaxrl_llm.config import load_config  # ml_collections only, no jax
+    from jaxrl_llm.runners.stages import load_config
 
     configs = []
     for i, trial in enumerate(trials):

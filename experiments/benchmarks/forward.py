@@ -46,9 +46,10 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.models import from_pretrained, resolve_model_path
-from jaxrl_llm.models.layers import apply_rope, decode_attention, dense, write_cache
+from jaxrl_llm.models.layers import apply_rope, dense, write_cache
 from jaxrl_llm.rollout.decode_state import decode_step, next_token_logits
 from jaxrl_llm.rollout.sampling import sample_tokens, sequence_keys, step_keys
+from kernels.decode_attention import masked_decode_attention
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import (  # noqa: E402
@@ -161,7 +162,7 @@ def decode_part_seconds(model, batch: int, slots: int, repeats: int) -> dict[str
 
     def attention(m, i, layer, q, cache):
         keys, values = cache.layers[i]
-        return decode_attention(q[:, 0], keys, values, pos_b)
+        return masked_decode_attention(q[:, 0], keys, values, pos_b + 1)
 
     def norms_rope(m, i, layer, x, q, kv):
         pos = pos_b[:, None]

@@ -13,7 +13,8 @@ search   `jaxrl_llm.scale.Searcher` over colocated and split placements for the 
          the plans table, the best plan's phases, what was rejected and why. The same as
          `python -m jaxrl_llm.plan`, with the tensor-parallel sizes fixed below.
 matrix   one natural slice per model, every phase the runners compile (actor train step, rollout
-         at a decode chunk, reference, critic values and train step, reward model, reshard):
+         at a decode chunk, reference, critic values and reward model at the same chunk of rows,
+         critic train step, the weight sync's programs):
          the compiler's per-chip memory, collectives and the predicted seconds.
 anchors  our compiled train step at MaxText's published shapes, its predicted MFU against the
          published one (cited in the table).
@@ -54,7 +55,7 @@ def _header(what: str) -> None:
 
 def search(args) -> None:
     """The planner's search for one topology."""
-    from jaxrl_llm.config import load_config
+    from jaxrl_llm.runners import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         Searcher,
@@ -103,17 +104,19 @@ MATRIX = [
 def matrix(args) -> None:
     """Every phase of every model (PPO with a reference, a critic and a reward model, so that
     every role compiles), at one mesh each."""
-    from jaxrl_llm.config import load_config
+    from jaxrl_llm.runners import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         actor_train_program,
         analyze,
-        critic_programs,
+        critic_train_program,
+        critic_values_program,
         get_topology,
         reference_program,
         reshard_programs,
         reward_model_program,
         rollout_program,
+        sync_phases,
         workload_of,
     )  # fmt: skip
     from jaxrl_llm.scale import (
@@ -142,10 +145,10 @@ def matrix(args) -> None:
         decode_mesh = make_mesh(decode, ("data", "model"), devices=topology.devices)
         programs = [actor_train_program(workload, train_mesh),
                     rollout_program(workload, decode_mesh, rows=rows),
-                    reference_program(workload, train_mesh),
-                    *critic_programs(workload, train_mesh),
-                    reward_model_program(workload, train_mesh)]  # fmt: skip
-        reshards = reshard_programs(workload, train_mesh, decode_mesh)
+                    reference_program(workload, train_mesh, rows=rows),
+                    critic_values_program(workload, train_mesh, rows=rows),
+                    critic_train_program(workload, train_mesh),
+                    reward_model_program(workload, train_mesh, rows=rows)]  # fmt: skip
         for program in programs:
             report = analyze(program, cache)
             comm = sum(t.bytes_received for t in report.collective_totals().values())
@@ -156,15 +159,17 @@ def matrix(args) -> None:
                   f"{report.compile_seconds:.0f} |"
                   + (f" OOM: {report.out_of_memory[:90]}" if report.out_of_memory else ""),
                   flush=True)  # fmt: skip
-        reports = [analyze(p, cache) for p in reshards]
+        # The weight sync: its per-array programs, the peak without the other roles' state.
+        sync = reshard_programs(workload, train_mesh, decode_mesh)
+        reports = [analyze(p, cache) for p in sync.programs]
         chip = chip_of(topology.chip.name)
-        seconds = sum(r.comm_seconds(chip) * r.runs for r in reports)
-        peak = max(r.peak_bytes for r in reports)
-        comm = sum(sum(t.bytes_received for t in r.collective_totals().values()) * r.runs
-                   for r in reports)  # fmt: skip
-        print(f"| {name} | {topo_name} | reshard ({len(reports)} layouts, "
-              f"{sum(p.runs for p in reshards)} arrays) | {train} -> {decode} | 1 | "
-              f"{peak / 2**30:.2f} | - | - | {comm / 2**30:.3f} ({seconds * 1e3:.1f} ms) | "
+        phase = sync_phases(sync, reports, chip, split=False, learner_resident=0.0)["reshard"]
+        comm = sum(t.bytes_received for t in phase.report.collective_totals().values())
+        print(f"| {name} | {topo_name} | reshard ({len(reports)} programs run "
+              f"{sum(p.runs for p in sync.programs)} times) | {train} -> {decode} | 1 | "
+              f"{phase.peak_bytes / 2**30:.2f} | {phase.report.argument_bytes / 2**30:.2f} | "
+              f"{phase.report.temp_bytes / 2**30:.2f} | {comm / 2**30:.3f} "
+              f"({phase.seconds * 1e3:.1f} ms) | "
               f"{sum(r.compile_seconds for r in reports):.0f} |", flush=True)  # fmt: skip
 
 
@@ -196,7 +201,7 @@ ANCHORS = [
 
 def anchors(args) -> None:
     """Predicted train-step MFU at MaxText's shapes against the published MFU."""
-    from jaxrl_llm.config import load_config
+    from jaxrl_llm.runners import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         actor_train_program,
@@ -243,7 +248,7 @@ def anchors(args) -> None:
 
 def kernels(args) -> None:
     """The 8B train step and reference forward with and without the TPU kernels."""
-    from jaxrl_llm.config import load_config
+    from jaxrl_llm.runners import load_config
     from jaxrl_llm.models.partitioning import layout_kernels
     from jaxrl_llm.scale import (
         CompileCache,

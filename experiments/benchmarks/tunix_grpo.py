@@ -97,6 +97,65 @@ def llama_config(export_dir: str):
     )
 
 
+def load_llama(export_dir: str):
+    """(model, mesh): the export as a float32 Tunix Llama3 on a one-device mesh, rope fixed."""
+    import jax
+    import jax.numpy as jnp
+    from tunix.models.llama3 import params as llama3_params
+
+    # Auto axes: with this jax's default (Explicit) axes, the Llama3 embedding gather fails.
+    auto = jax.sharding.AxisType.Auto
+    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(auto, auto))
+    config = llama_config(export_dir)
+    use_rope_theta(config.rope_theta)
+    model = llama3_params.create_model_from_safe_tensors(
+        export_dir, config, mesh, dtype=jnp.float32
+    )
+    return model, mesh
+
+
+def cluster_config(
+    mesh,
+    optimizer,
+    *,
+    prompts: int,
+    train_micro: int,
+    max_steps: int,
+    max_new: int,
+    prompt_window: int,
+    temperature: float,
+    seed: int,
+):
+    """Tunix's RL cluster config of our benchmarks: every role on `mesh`, the vanilla rollout of
+    all prompts x group sequences at once, one optimizer update a step accumulated over micro
+    batches of `train_micro` prompts, no evaluation of Tunix's own."""
+    from tunix.rl import rl_cluster as rlc
+    from tunix.rl.rollout import base_rollout
+
+    return rlc.ClusterConfig(
+        role_to_mesh={rlc.Role.ACTOR: mesh, rlc.Role.REFERENCE: mesh, rlc.Role.ROLLOUT: mesh},
+        rollout_engine="vanilla",
+        offload_to_cpu=False,
+        training_config=rlc.RLTrainingConfig(
+            actor_optimizer=optimizer,
+            eval_every_n_steps=10**9,
+            max_steps=max_steps,
+            mini_batch_size=prompts,  # one optimizer update per step ...
+            train_micro_batch_size=train_micro,  # ... accumulated over micro batches
+            rollout_micro_batch_size=prompts,  # one rollout of all prompts x group sequences
+        ),
+        rollout_config=base_rollout.RolloutConfig(
+            max_tokens_to_generate=max_new,
+            max_prompt_length=prompt_window,
+            kv_cache_size=prompt_window + max_new,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=None,
+            seed=seed,
+        ),
+    )
+
+
 def batches(tokenizer, examples: list[dict], prompts: int):
     """Endless batches of `prompts` chat-formatted prompts with their answers (numpy, as Tunix wants)."""
     import numpy as np
@@ -144,59 +203,35 @@ def main():
         print(benchmark_header("tunix_grpo.py"), flush=True)
 
     import jax
-    import jax.numpy as jnp
     import numpy as np
     import optax
     import transformers
     from flax import nnx
-    from tunix.models.llama3 import params as llama3_params
     from tunix.rl import rl_cluster as rlc
     from tunix.rl.grpo import grpo_learner
-    from tunix.rl.rollout import base_rollout
 
     with open(args.prompts_json) as f:
         examples = json.load(f)
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.export_dir)
     tokenizer.pad_token = "<|endoftext|>"  # see the module doc: pad must not occur in prompts
 
-    # Auto axes: with this jax's default (Explicit) axes, the Llama3 embedding gather fails.
-    auto = jax.sharding.AxisType.Auto
-    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(auto, auto))
-    config = llama_config(args.export_dir)
-    use_rope_theta(config.rope_theta)
-    model = llama3_params.create_model_from_safe_tensors(
-        args.export_dir, config, mesh, dtype=jnp.float32
-    )
-
+    model, mesh = load_llama(args.export_dir)
     optimizer = optax.chain(  # our benchmark's optimizer: AdamW (0.9, 0.99), clip 1.0, no decay
         optax.clip_by_global_norm(1.0),
         optax.adamw(1e-6, b1=0.9, b2=0.99, weight_decay=0.0),
     )
-    cluster_config = rlc.ClusterConfig(
-        role_to_mesh={rlc.Role.ACTOR: mesh, rlc.Role.REFERENCE: mesh, rlc.Role.ROLLOUT: mesh},
-        rollout_engine="vanilla",
-        offload_to_cpu=False,
-        training_config=rlc.RLTrainingConfig(
-            actor_optimizer=optimizer,
-            eval_every_n_steps=10**9,
-            max_steps=1 + args.steps,
-            mini_batch_size=args.prompts,  # one optimizer update per step ...
-            train_micro_batch_size=args.train_micro,  # ... accumulated over micro batches
-            rollout_micro_batch_size=args.prompts,  # one rollout of all prompts x group sequences
-        ),
-        rollout_config=base_rollout.RolloutConfig(
-            max_tokens_to_generate=args.max_new,
-            max_prompt_length=PROMPT_WINDOW,
-            kv_cache_size=PROMPT_WINDOW + args.max_new,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=None,
-            seed=0,
-        ),
+    config = cluster_config(
+        mesh,
+        optimizer,
+        prompts=args.prompts,
+        train_micro=args.train_micro,
+        max_steps=1 + args.steps,
+        max_new=args.max_new,
+        prompt_window=PROMPT_WINDOW,
+        temperature=1.0,
+        seed=0,
     )
-    cluster = rlc.RLCluster(
-        actor=model, reference=None, tokenizer=tokenizer, cluster_config=cluster_config
-    )
+    cluster = rlc.RLCluster(actor=model, reference=None, tokenizer=tokenizer, cluster_config=config)
     rewards = []  # mean reward of each step's completions, a check that the weights loaded right
 
     def recorded_reward(prompts, completions, answer, **kw):

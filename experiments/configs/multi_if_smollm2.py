@@ -5,7 +5,7 @@ turn of the group). Sized for about 20 minutes on a 2-core CPU, evaluations incl
 """
 
 from jaxrl_llm.config import grpo_config
-from jaxrl_llm.envs.tasks import multi_if_config
+from jaxrl_llm.envs.tasks.multi_if import multi_if_config
 
 
 def get_config():

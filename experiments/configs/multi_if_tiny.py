@@ -2,7 +2,7 @@
 the plumbing in seconds per step (tests, notebooks). Nothing is learned."""
 
 from jaxrl_llm.config import config_for, make_tiny
-from jaxrl_llm.envs.tasks import multi_if_config
+from jaxrl_llm.envs.tasks.multi_if import multi_if_config
 
 
 def get_config():

@@ -11,7 +11,7 @@ Sized for about 20 minutes on a 2-core CPU, evaluations included.
 """
 
 from jaxrl_llm.config import grpo_config
-from jaxrl_llm.envs.tasks import calculator_config
+from jaxrl_llm.envs.tasks.calculator import calculator_config
 
 
 def get_config():

@@ -2,7 +2,7 @@
 multi-turn GRPO end to end in seconds per step (tests, notebooks). Nothing is learned."""
 
 from jaxrl_llm.config import config_for, make_tiny
-from jaxrl_llm.envs.tasks import calculator_config
+from jaxrl_llm.envs.tasks.calculator import calculator_config
 
 
 def get_config():

@@ -14,6 +14,8 @@ from jaxrl_llm.algorithms.base import (
     ROLE_NAMES,
     Algorithm,
     Experience,
+    GoldReferences,
+    GreedyBaseline,
     References,
     check_algorithm,
 )
@@ -27,6 +29,8 @@ __all__ = [
     "Algorithm",
     "AlgorithmSpec",
     "Experience",
+    "GoldReferences",
+    "GreedyBaseline",
     "References",
     "GRPOBatch",
     "GRPOLossConfig",

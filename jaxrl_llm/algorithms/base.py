@@ -10,13 +10,16 @@ No loops, no I/O, no meshes: the runner owns those (`jaxrl_llm.runners`), the ro
 (`jaxrl_llm.roles`). `roles` says which roles the runner must build: the actor, rollout and
 reward are always there; "reference" adds frozen log-probs of the initial policy to the
 experience, "critic" adds the value model's predictions and trains it with `critic_loss`.
-`baseline_rollout` asks the runner for a greedy completion of every prompt and its reward
-(ReMax's baseline); `step_rewards` for the process reward model's steps and the token each ends
-on (dense process rewards).
+`collects` asks the run's collector for more collected data, each request a small value that
+names what it fills: `GreedyBaseline()` a greedy completion of every prompt and its reward
+(ReMax's baseline), `GoldReferences(template)` each prompt's gold answer as one more scored
+completion (RRHF). `step_rewards` asks for the process reward model's steps and the token each
+ends on (dense process rewards).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -90,6 +93,25 @@ class Experience(NamedTuple):
     step_columns: np.ndarray | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class GreedyBaseline:
+    """A collection request: a greedy completion of every prompt, scored by the reward role,
+    handed over as `Experience.baseline_rewards` (ReMax's baseline)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GoldReferences:
+    """A collection request: each prompt's gold answer rendered with `template`, laid out like
+    the rollout and scored, handed over as `Experience.references` (RRHF's reference responses).
+
+    Attributes:
+      template: the response, with "{answer}" where the gold answer goes
+        ("The answer is {answer}.").
+    """
+
+    template: str
+
+
 def roles_for(kl_beta: float, *extra: str) -> tuple[str, ...]:
     """The roles of a policy-gradient algorithm: the ones always present, `extra` (e.g.
     "critic"), and "reference" exactly when a KL to it is weighted (`kl_beta > 0`)."""
@@ -118,11 +140,10 @@ class Algorithm(NamedTuple):
       update: `(state, scalars) -> state` after each step; scalars are `make_batch`'s, plus
         "batch_size" (rows B) and the mean train metrics under "train/...".
       critic_loss: `(value model, PolicyBatch) -> (loss, metrics)` when "critic" is a role.
-      baseline_rollout: the runner also decodes each prompt greedily and scores it.
       actor_frozen_steps: the first RL steps update only the critic (critic warm-up).
-      reference_template: when set ("The answer is {answer}."), the runner renders each prompt's
-        gold answer with it and hands it over, scored, as `Experience.references` (RRHF's
-        reference responses).
+      collects: what the run's collector must collect beside the samples, as requests
+        (`GreedyBaseline()`, `GoldReferences(template)`); a collector that cannot serve one
+        refuses the algorithm.
       step_rewards: the runner hands the process reward model's steps over as
         `Experience.step_rewards` / `step_columns` (dense process rewards, PPO with
         `config.rewards.process_placement = "dense"`).
@@ -135,10 +156,14 @@ class Algorithm(NamedTuple):
     init: Callable[[], Any] = _no_state
     update: Callable[[Any, dict[str, float]], Any] = _keep_state
     critic_loss: LossFn | None = None
-    baseline_rollout: bool = False
     actor_frozen_steps: int = 0
-    reference_template: str = ""
+    collects: tuple[GreedyBaseline | GoldReferences, ...] = ()
     step_rewards: bool = False
+
+    @property
+    def baseline_rollout(self) -> bool:
+        """Whether it asks for a greedy baseline (`GreedyBaseline` in `collects`)."""
+        return any(isinstance(request, GreedyBaseline) for request in self.collects)
 
     def needs(self, role: str) -> bool:
         """Whether the runner must build `role` for this algorithm."""

@@ -14,14 +14,13 @@ defined elsewhere (a notebook, a research repo) call `register` themselves.
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import ml_collections
 
 from jaxrl_llm.algorithms.base import Algorithm, check_algorithm
+from jaxrl_llm.name_registry import NameRegistry
 
 _BUILTIN = ("grpo", "ppo", "reinforce_pp", "remax", "online_dpo", "rrhf")
 
@@ -35,7 +34,9 @@ class AlgorithmSpec(NamedTuple):
     validate: Callable[[ml_collections.ConfigDict], None]
 
 
-_REGISTRY: dict[str, AlgorithmSpec] = {}
+_REGISTRY: NameRegistry[AlgorithmSpec] = NameRegistry(
+    "algorithm", "config.algorithm", "jaxrl_llm.algorithms", modules=lambda: _BUILTIN
+)
 
 
 def _no_checks(config) -> None:
@@ -54,43 +55,13 @@ def register(
     Example:
       >>> register("my_pg", make=make_my_pg, default_config=lambda: {"loss": my_loss_config()})
     """
-    spec = AlgorithmSpec(name, make, default_config, validate)
-    _REGISTRY[name] = spec
-    return spec
+    return _REGISTRY.register(name, AlgorithmSpec(name, make, default_config, validate))
 
 
-def names() -> list[str]:
-    """Registered names (the built-in ones are imported first)."""
-    for builtin in _BUILTIN:
-        _import(builtin)
-    return sorted(_REGISTRY)
-
-
-def _import(name: str) -> None:
-    if name in _REGISTRY:
-        return
-    try:
-        importlib.import_module(f"jaxrl_llm.algorithms.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"jaxrl_llm.algorithms.{name}":
-            raise
-
-
-def get(name: str) -> AlgorithmSpec:
-    """The registered spec of `name`, importing `jaxrl_llm.algorithms.<name>` if needed.
-
-    Raises:
-      KeyError: unknown name, with the registered names and close matches.
-    """
-    _import(name)
-    if name not in _REGISTRY:
-        known = names()
-        close = difflib.get_close_matches(name, known, n=2, cutoff=0.5)
-        hint = f" Did you mean {' or '.join(close)}?" if close else ""
-        raise KeyError(
-            f"Unknown algorithm {name!r} (config.algorithm).{hint} Registered: {', '.join(known)}."
-        )
-    return _REGISTRY[name]
+# `names()`: the registered names, the built-in ones imported first; `get(name)`: the spec,
+# importing `jaxrl_llm.algorithms.<name>` if needed (a KeyError lists the registered names).
+names = _REGISTRY.names
+get = _REGISTRY.get
 
 
 def make(config: ml_collections.ConfigDict) -> Algorithm:

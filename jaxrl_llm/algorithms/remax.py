@@ -8,8 +8,8 @@ completion y_greedy:
 
 and the actor minimises the (clipped, equal to REINFORCE on the first, on-policy update)
 surrogate with this per-sequence advantage, plus an optional KL term to the reference in the
-loss. The runner decodes each prompt greedily once per step (`baseline_rollout=True`) and scores
-it with the same reward functions; no critic, no group needed (group_size 1 works).
+loss. It asks the run's collector for a `GreedyBaseline()`: each prompt decoded greedily once per
+step and scored with the same reward functions; no critic, no group needed (group_size 1 works).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxrl_llm import advantages as advantages_lib
 from jaxrl_llm.algorithms import registry
-from jaxrl_llm.algorithms.base import Algorithm, Experience, roles_for
+from jaxrl_llm.algorithms.base import Algorithm, Experience, GreedyBaseline, roles_for
 from jaxrl_llm.algorithms.batch import PolicyBatch, build_batch
 from jaxrl_llm.algorithms.policy_loss import (
     PolicyLossConfig,
@@ -60,7 +60,7 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
 
     roles = roles_for(loss_config.kl_beta)
     return Algorithm(
-        name="remax", make_batch=make_batch, loss=loss, roles=roles, baseline_rollout=True
+        name="remax", make_batch=make_batch, loss=loss, roles=roles, collects=(GreedyBaseline(),)
     )
 
 

@@ -8,9 +8,10 @@ completion. No reference model, no critic, no importance ratio; the policy's log
 temperature 1 (the model's own distribution, which the ranking is about).
 
 The paper ranks the policy's samples together with the dataset's responses. With
-`loss.reference_template` set (e.g. "The answer is {answer}."), each prompt's gold answer
-rendered by it joins its group as one more candidate, scored by the same reward, so groups are
-G + 1 completions and a group whose samples all fail still has a best one to fine-tune on.
+`loss.reference_template` set (e.g. "The answer is {answer}."), the algorithm asks the run's
+collector for `GoldReferences(template)`: each prompt's gold answer rendered by it joins its
+group as one more candidate, scored by the same reward, so groups are G + 1 completions and a
+group whose samples all fail still has a best one to fine-tune on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 
 from jaxrl_llm import losses
 from jaxrl_llm.algorithms import registry
-from jaxrl_llm.algorithms.base import ALWAYS_PRESENT, Algorithm, Experience
+from jaxrl_llm.algorithms.base import ALWAYS_PRESENT, Algorithm, Experience, GoldReferences
 from jaxrl_llm.algorithms.batch import PolicyBatch, build_batch
 from jaxrl_llm.algorithms.online_dpo import validate_preference_algorithm
 from jaxrl_llm.training.logprobs import sequence_logprobs
@@ -111,7 +112,7 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
         make_batch=make_batch,
         loss=loss,
         roles=ALWAYS_PRESENT,
-        reference_template=template,
+        collects=(GoldReferences(template),) if template else (),
     )
 
 

@@ -13,7 +13,14 @@ Example:
 from jaxrl_llm.data.batcher import PromptBatcher, PromptSource
 from jaxrl_llm.data.example import Example, Scorer
 from jaxrl_llm.data.jsonl import JsonlRecord, JsonlSource, final_answer, read_prompt_jsonl
-from jaxrl_llm.data.presets import TaskPreset, resolve_task, task_names, task_pool, task_source
+from jaxrl_llm.data.presets import (
+    TaskPreset,
+    register_preset,
+    resolve_task,
+    task_names,
+    task_pool,
+    task_source,
+)
 from jaxrl_llm.data.prompts import ChatTemplate, render_prompt
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, reasoning_gym_tasks
 from jaxrl_llm.data.scoring import (
@@ -57,6 +64,7 @@ __all__ = [
     "partition",
     "read_prompt_jsonl",
     "reasoning_gym_tasks",
+    "register_preset",
     "render_prompt",
     "resolve_task",
     "side_of",

@@ -15,6 +15,9 @@ the earlier gcd up to 30, lcm up to 12 and count_bits below 32 held 900, 144 and
 with `overrides`; a reasoning-gym task without a preset runs with its generator's defaults plus
 the overrides. SmolLM2-135M-Instruct's greedy accuracy on the presets before training is in
 docs/recipe.md (200 held-out prompts, 32 new tokens).
+
+`register_preset(name, TaskPreset(task, kwargs, description))` adds a preset from outside (a
+notebook, a research repo), with no edit here; `PRESETS` is a read-only view of all of them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "PRESETS",
     "STEP_INSTRUCTION",
     "TaskPreset",
+    "register_preset",
     "resolve_task",
     "task_names",
     "task_pool",
@@ -65,83 +69,109 @@ class TaskPreset:
     description: str
 
 
-PRESETS: Mapping[str, TaskPreset] = MappingProxyType(
-    {
-        "chain_sum": TaskPreset(
-            "chain_sum",
-            dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
-            "a + b or a - b, one or two digits each",
+# The presets by name; `register_preset` adds more (`PRESETS` is a read-only view of them).
+_PRESETS: dict[str, TaskPreset] = {
+    "chain_sum": TaskPreset(
+        "chain_sum",
+        dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
+        "a + b or a - b, one or two digits each",
+    ),
+    "gcd": TaskPreset(
+        "gcd",
+        dict(min_numbers=2, max_numbers=2, min_value=1, max_value=60),
+        "greatest common divisor of two numbers up to 60",
+    ),
+    "lcm": TaskPreset(
+        "lcm",
+        dict(min_numbers=2, max_numbers=2, min_value=1, max_value=50),
+        "least common multiple of two numbers up to 50",
+    ),
+    "products": TaskPreset(
+        "products",
+        dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
+        "product of two numbers of one or two digits",
+    ),
+    "basic_arithmetic": TaskPreset(
+        "basic_arithmetic",
+        dict(
+            min_terms=2,
+            max_terms=3,
+            min_digits=1,
+            max_digits=1,
+            operators=("+", "-", "*"),
+            allow_parentheses=False,
+            allow_negation=False,
         ),
-        "gcd": TaskPreset(
-            "gcd",
-            dict(min_numbers=2, max_numbers=2, min_value=1, max_value=60),
-            "greatest common divisor of two numbers up to 60",
+        "two or three one-digit terms with +, - and *",
+    ),
+    "letter_counting": TaskPreset(
+        "letter_counting",
+        dict(min_words=1, max_words=4),
+        "occurrences of a letter in one to four words",
+    ),
+    "simple_equations": TaskPreset(
+        "simple_equations",
+        dict(
+            min_terms=2,
+            max_terms=2,
+            min_value=1,
+            max_value=10,
+            operators=("+", "-"),
+            operators_weights=(0.5, 0.5),
         ),
-        "lcm": TaskPreset(
-            "lcm",
-            dict(min_numbers=2, max_numbers=2, min_value=1, max_value=50),
-            "least common multiple of two numbers up to 50",
+        "solve a one-step linear equation with small numbers",
+    ),
+    "decimal_chain_sum": TaskPreset(
+        "decimal_chain_sum",
+        dict(
+            min_terms=2,
+            max_terms=2,
+            min_digits=1,
+            max_digits=1,
+            min_decimal_places=1,
+            max_decimal_places=1,
         ),
-        "products": TaskPreset(
-            "products",
-            dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
-            "product of two numbers of one or two digits",
-        ),
-        "basic_arithmetic": TaskPreset(
-            "basic_arithmetic",
-            dict(
-                min_terms=2,
-                max_terms=3,
-                min_digits=1,
-                max_digits=1,
-                operators=("+", "-", "*"),
-                allow_parentheses=False,
-                allow_negation=False,
-            ),
-            "two or three one-digit terms with +, - and *",
-        ),
-        "letter_counting": TaskPreset(
-            "letter_counting",
-            dict(min_words=1, max_words=4),
-            "occurrences of a letter in one to four words",
-        ),
-        "simple_equations": TaskPreset(
-            "simple_equations",
-            dict(
-                min_terms=2,
-                max_terms=2,
-                min_value=1,
-                max_value=10,
-                operators=("+", "-"),
-                operators_weights=(0.5, 0.5),
-            ),
-            "solve a one-step linear equation with small numbers",
-        ),
-        "decimal_chain_sum": TaskPreset(
-            "decimal_chain_sum",
-            dict(
-                min_terms=2,
-                max_terms=2,
-                min_digits=1,
-                max_digits=1,
-                min_decimal_places=1,
-                max_decimal_places=1,
-            ),
-            "sum or difference of two numbers with one decimal place",
-        ),
-        "count_bits": TaskPreset(
-            "count_bits",
-            dict(min_n=1, max_n=4095),
-            "1 bits in a number below 4096",
-        ),
-        "chain_sum_steps": TaskPreset(
-            "chain_sum",
-            dict(min_terms=4, max_terms=5, min_digits=1, max_digits=1),
-            "four or five one-digit terms with + and -: three or four operations, one a line "
-            "with STEP_INSTRUCTION (process reward models' steps)",
-        ),
-    }
-)
+        "sum or difference of two numbers with one decimal place",
+    ),
+    "count_bits": TaskPreset(
+        "count_bits",
+        dict(min_n=1, max_n=4095),
+        "1 bits in a number below 4096",
+    ),
+    "chain_sum_steps": TaskPreset(
+        "chain_sum",
+        dict(min_terms=4, max_terms=5, min_digits=1, max_digits=1),
+        "four or five one-digit terms with + and -: three or four operations, one a line "
+        "with STEP_INSTRUCTION (process reward models' steps)",
+    ),
+}
+PRESETS: Mapping[str, TaskPreset] = MappingProxyType(_PRESETS)
+
+
+def register_preset(name: str, preset: TaskPreset) -> TaskPreset:
+    """Makes `name` a task preset (`config.task.name`); again with the same name replaces it.
+
+    The generator must be a reasoning-gym task: a built-in one, or one added with
+    reasoning-gym's own `reasoning_gym.factory.register_dataset`.
+
+    Raises:
+      ValueError: `preset.task` is not a reasoning-gym task, or a kwarg is not its field.
+
+    Example:
+      >>> register_preset("gcd_small", TaskPreset("gcd", {"max_value": 20}, "gcd up to 20"))
+    """
+    if preset.task not in DATASETS:
+        raise ValueError(
+            f"register_preset({name!r}): {preset.task!r} is not a reasoning-gym task."
+            f"{close_matches(preset.task, sorted(DATASETS), n=3)}"
+        )
+    unknown = sorted(set(preset.kwargs) - set(task_fields(preset.task)))
+    if unknown:
+        raise ValueError(
+            f"register_preset({name!r}): reasoning-gym task {preset.task!r} takes no {unknown}."
+        )
+    _PRESETS[name] = preset
+    return preset
 
 
 def task_names() -> list[str]:

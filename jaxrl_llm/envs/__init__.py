@@ -11,8 +11,8 @@ the online algorithms train on it unchanged.
 Tools: `Tool` / `call_tool` (schema-checked arguments, time limits, truncated output), the
 `<tool_call>` format (`parse_tool_calls`, `tools_system_prompt`), a safe `calculator_tool` and a
 subprocess `python_sandbox_tool`. Tasks: `ToolEnv` (reasoning-gym questions with tools) and
-`MultiIFEnv` (Multi-IF conversations with IFEval-style `instructions`), named by
-`config.env.name` (`EPISODE_TASKS`).
+`MultiIFEnv` (Multi-IF conversations with IFEval-style `instructions`), registered episode
+tasks named by `config.env.name` (`jaxrl_llm.envs.tasks`, one module each).
 """
 
 from jaxrl_llm.envs.base import Environment, EpisodeLimits, StepResult
@@ -21,7 +21,7 @@ from jaxrl_llm.envs.chat import EpisodeRenderer
 from jaxrl_llm.envs.episodes import END_REASONS, SEGMENT_NAMES, EpisodeBatch, run_episodes
 from jaxrl_llm.envs.multi_if import MultiIFEnv, multi_if_examples
 from jaxrl_llm.envs.sandbox import SandboxResult, python_sandbox_tool, run_python
-from jaxrl_llm.envs.tasks import EPISODE_TASKS, EpisodeTask, episode_metrics, episode_task
+from jaxrl_llm.envs.tasks import EpisodeTask, TaskSpec, episode_metrics, episode_task
 from jaxrl_llm.envs.tool_calls import (
     CallParse,
     ParsedCall,
@@ -34,7 +34,6 @@ from jaxrl_llm.envs.tools import Tool, ToolResult, ToolStatus, call_tool
 
 __all__ = [
     "END_REASONS",
-    "EPISODE_TASKS",
     "SEGMENT_NAMES",
     "CalculatorError",
     "CallParse",
@@ -47,6 +46,7 @@ __all__ = [
     "ParsedCall",
     "SandboxResult",
     "StepResult",
+    "TaskSpec",
     "Tool",
     "ToolEnv",
     "ToolResult",

@@ -1,7 +1,8 @@
 """The `config.env` section: multi-turn episodes instead of single-turn rollouts.
 
-With `config.env.name` set ("calculator", "multi_if"), the online runner plays episodes
-(`jaxrl_llm.envs.run_episodes`) in place of one completion per prompt; the algorithm
+With `config.env.name` set (a registered episode task: "calculator", "multi_if"), the online runner's collector plays
+episodes (`jaxrl_llm.runners.EpisodePlayer`, `jaxrl_llm.envs.run_episodes`) in place of one
+completion per prompt, under either schedule (synchronous or asynchronous); the algorithm
 (`config.algorithm`) trains on them unchanged with one outcome reward per episode, or with
 turn-level returns (`credit = "turn"`, `jaxrl_llm.algorithms.turn_credit`).
 """
@@ -22,8 +23,9 @@ CREDIT_MODES = ("outcome", "turn")
 def env_section() -> ml_collections.ConfigDict:
     """The default `config.env` (single-turn: `name = ""`)."""
     c = ml_collections.ConfigDict()
-    # "" (single-turn rollouts), "calculator" (reasoning-gym `config.task` with tools) or
-    # "multi_if" (multi-turn instruction following); see jaxrl_llm/envs/tasks.py.
+    # "" (single-turn rollouts) or a registered episode task (jaxrl_llm/envs/tasks/):
+    # "calculator" (reasoning-gym `config.task` with tools), "multi_if" (multi-turn instruction
+    # following).
     c.name = ""
     # Tools of the tool-use task, comma separated: "calculator", "python" (the sandbox).
     c.tools = "calculator"
@@ -70,16 +72,17 @@ def episode_limits(config: ml_collections.ConfigDict) -> EpisodeLimits:
 
 def validate_env_section(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad `config.env` field and the fix."""
-    from jaxrl_llm.envs.tasks import EPISODE_TASKS
+    from jaxrl_llm.envs.task_registry import get
 
     env = config.env
     if not env.name:
         return
-    if env.name not in EPISODE_TASKS:
-        raise ValueError(
-            f"config.env.name={env.name!r} must be one of {sorted(EPISODE_TASKS)} or ''."
-        )
+    try:
+        task = get(env.name)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from e
     episode_limits(config)
+    task.validate(config)
     if env.credit not in CREDIT_MODES:
         raise ValueError(f"config.env.credit={env.credit!r} must be one of {CREDIT_MODES}.")
     if env.credit == "turn" and config.algorithm not in ("grpo",):
@@ -109,8 +112,8 @@ def validate_env_section(config: ml_collections.ConfigDict) -> None:
             "config.env.name is set with config.constraints: judges score single completions, "
             "not episodes; clear config.constraints for episode runs."
         )
-    if config.async_rl.enabled:
+    if config.async_rl.enabled and config.async_rl.inflight_updates:
         raise ValueError(
-            "config.env.name is set with config.async_rl on: episodes run in the synchronous "
-            "runner only; turn config.async_rl off."
+            "config.env.name is set with config.async_rl.inflight_updates: an episode is played "
+            "with one weight version; set config.async_rl.inflight_updates=False."
         )

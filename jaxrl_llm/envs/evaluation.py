@@ -1,6 +1,6 @@
 """Held-out evaluation of an episode task (`config.env`): greedy episodes on its test examples.
 
-The training runner (`runners.online_episodes.EpisodeRun.evaluate`) and the command line
+The training runner (`runners.episode_player.EpisodePlayer.evaluate`) and the command line
 (`python -m jaxrl_llm.evaluate --workdir <an episode run>`) report the same metrics:
 
     accuracy                     episodes the environment scored correct

@@ -9,7 +9,7 @@ and the episode ends. Every event is counted for the metrics: "tool_call/attempt
 "tool_call/well_formed", "tool_call/malformed", "tool_call/unclosed", "tool/<status>",
 "tool/truncated".
 
-    env = ToolEnv([calculator_tool()], system_prompt=CALCULATOR_PROMPT)
+    env = ToolEnv([calculator_tool()], system_prompt=CALCULATOR_PROMPT)  # envs/tasks/calculator.py
     messages = env.reset(example)       # system (tools described) + the question
     env.step('<tool_call>{"name": "calculator", "arguments": {"expression": "361*220"}}</tool_call>')
     # StepResult(observation=[{"role": "tool", "content": "79420"}], reward=0.0, done=False, ...)

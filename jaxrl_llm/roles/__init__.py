@@ -6,11 +6,15 @@
   critic     `Critic`: a value model (`ScalarHeadModel`), its own train state and optimizer
   reward     `RewardRole`: reward functions, optionally plus a reward model batched on device
 
+The frozen forwards (reference, critic values, reward model) run a step's rows in chunks of
+`config.rollout.forward_batch` (`forward_batch_of`, `in_row_chunks`).
+
 `Placement` (colocated or split) gives each its mesh. Runners build the roles an algorithm asks
 for (`Algorithm.roles`) and drive them; algorithms never touch them.
 """
 
 from jaxrl_llm.roles.critic import Critic, init_value_model
+from jaxrl_llm.roles.forwards import forward_batch_of, in_row_chunks
 from jaxrl_llm.roles.learner import Learner, place_batch
 from jaxrl_llm.roles.placement import MESH_AXES, Placement, make_placement, validate_placement
 from jaxrl_llm.roles.reference import Reference
@@ -26,6 +30,8 @@ __all__ = [
     "Reference",
     "RewardRole",
     "RolloutWorker",
+    "forward_batch_of",
+    "in_row_chunks",
     "init_value_model",
     "make_placement",
     "place_batch",

@@ -11,6 +11,7 @@ from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.models.transformer import Transformer
+from jaxrl_llm.roles.forwards import in_row_chunks
 from jaxrl_llm.roles.learner import Learner, place_batch
 from jaxrl_llm.sharding import layout
 from jaxrl_llm.training.train_step import LossFn
@@ -41,7 +42,9 @@ def value_fn(graphdef):
 
 
 class Critic(Learner):
-    """A `Learner` over a `ScalarHeadModel`, plus the jitted value forward of a rollout.
+    """A `Learner` over a `ScalarHeadModel`, plus the jitted value forward of a rollout, run
+    `forward_batch` rows at a time (`config.rollout.forward_batch`, `roles.forwards`; 0: every
+    row of a call at once).
 
     Example:
       >>> critic = Critic(init_value_model("policy", policy), tx, algorithm.critic_loss, mesh)
@@ -54,12 +57,20 @@ class Critic(Learner):
         optimizer: optax.GradientTransformation,
         loss_fn: LossFn,
         mesh: Mesh,
+        *,
+        forward_batch: int = 0,
     ):
         super().__init__(model, optimizer, loss_fn, mesh)
         self._values = value_fn(self.graphdef)
+        self.forward_batch = forward_batch
 
     def values(self, tokens_bt) -> np.ndarray:
-        """float32 [B, T] values of `tokens_bt` (int32 [B, T]), column 0 zero."""
-        tokens = place_batch(np.asarray(tokens_bt, np.int32), self.mesh, self.rules)
-        with use_layout(layout(self.mesh, self.rules)):
-            return np.asarray(self._values(self.params, tokens))
+        """float32 [B, T] values of `tokens_bt` (int32 [B, T]), column 0 zero, in chunks of
+        `forward_batch` rows."""
+
+        def forward(rows_bt):
+            tokens = place_batch(np.asarray(rows_bt, np.int32), self.mesh, self.rules)
+            with use_layout(layout(self.mesh, self.rules)):
+                return np.asarray(self._values(self.params, tokens))
+
+        return in_row_chunks(forward, tokens_bt, self.forward_batch)

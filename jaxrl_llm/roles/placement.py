@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
+import ml_collections
 from jax.sharding import Mesh
 
 from jaxrl_llm.sharding import make_mesh
@@ -45,6 +46,23 @@ class Placement(NamedTuple):
     def colocated(self) -> bool:
         """Whether the rollout shares the train mesh."""
         return self.mode == "colocated"
+
+
+def placement_section() -> ml_collections.ConfigDict:
+    """The default `config.placement`: every role colocated on one device."""
+    c = ml_collections.ConfigDict()
+    # "colocated": every role on one mesh; the rollout reads the actor's weights resharded
+    # from the train layout (FSDP x TP rules) to the decode layout (TP rules) each step.
+    # "split": the rollout gets its own devices; weights move there device to device.
+    c.mode = "colocated"
+    # ("data", "model") sizes of the train mesh (actor, reference, critic), on the first
+    # data * model devices.
+    c.train_mesh = (1, 1)
+    # ("data", "model") sizes of the rollout mesh: in split mode on the next devices; colocated,
+    # a decode mesh of its own shape over the train mesh's devices when it has as many devices
+    # (e.g. train (16, 4), rollout (8, 8)), else the train mesh itself.
+    c.rollout_mesh = (1, 1)
+    return c
 
 
 def _shape(value, field: str) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from jax.sharding import Mesh
 from jaxrl_llm.models.lora import strip_adapters
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.models.precision import frozen_copy, merge_for_compute
+from jaxrl_llm.roles.forwards import in_row_chunks
 from jaxrl_llm.roles.learner import Learner, place_batch, place_params
 from jaxrl_llm.sharding import TRAIN_RULES, Rules, layout, param_shardings
 from jaxrl_llm.training import sequence_logprobs
@@ -42,6 +43,8 @@ class Reference:
       mesh: where the copy lives (the train mesh).
       temperature: the rollout temperature (log-probs are of logits / temperature).
       rules: the layout of the copy (default `TRAIN_RULES`).
+      forward_batch: rows per forward (`config.rollout.forward_batch`, `roles.forwards`);
+        0: every row of a call at once.
 
     Example:
       >>> ref = Reference(policy, placement.train_mesh, temperature=0.7)
@@ -49,29 +52,43 @@ class Reference:
     """
 
     def __init__(
-        self, model: nnx.Module, mesh: Mesh, *, temperature: float, rules: Rules = TRAIN_RULES
+        self,
+        model: nnx.Module,
+        mesh: Mesh,
+        *,
+        temperature: float,
+        rules: Rules = TRAIN_RULES,
+        forward_batch: int = 0,
     ):
-        self.mesh, self.rules = mesh, rules
+        self.mesh, self.rules, self.forward_batch = mesh, rules, forward_batch
         self.graphdef, params = nnx.split(model, nnx.Param)
         params = frozen_copy(model, params)  # in the compute dtype under mixed precision
         self.params = place_params(params, param_shardings(params, mesh, rules), donate=True)
         self._logprobs = logprob_fn(self.graphdef, temperature=temperature)
 
     @classmethod
-    def of_lora_base(cls, actor: Learner, model: nnx.Module, *, temperature: float) -> Reference:
+    def of_lora_base(
+        cls, actor: Learner, model: nnx.Module, *, temperature: float, forward_batch: int = 0
+    ) -> Reference:
         """The reference of a LoRA actor: `model` (the adapted policy) with adapters off, reading
         `actor.frozen` (shared with the actor, never donated by its step)."""
         if actor.frozen is None:
             raise ValueError("Reference.of_lora_base: the actor has no LoRA adapters.")
         reference = cls.__new__(cls)
         reference.mesh, reference.rules = actor.mesh, actor.rules
+        reference.forward_batch = forward_batch
         reference.graphdef = nnx.split(strip_adapters(model), nnx.Param)[0]
         reference.params = actor.frozen
         reference._logprobs = logprob_fn(reference.graphdef, temperature=temperature)
         return reference
 
     def logprobs(self, tokens_bt) -> np.ndarray:
-        """float32 [B, T] log-probs of `tokens_bt` (int32 [B, T], the `Rollout` layout)."""
-        tokens = place_batch(np.asarray(tokens_bt, np.int32), self.mesh, self.rules)
-        with use_layout(layout(self.mesh, self.rules)):
-            return np.asarray(self._logprobs(self.params, tokens))
+        """float32 [B, T] log-probs of `tokens_bt` (int32 [B, T], the `Rollout` layout), in
+        chunks of `forward_batch` rows."""
+
+        def forward(rows_bt):
+            tokens = place_batch(np.asarray(rows_bt, np.int32), self.mesh, self.rules)
+            with use_layout(layout(self.mesh, self.rules)):
+                return np.asarray(self._logprobs(self.params, tokens))
+
+        return in_row_chunks(forward, tokens_bt, self.forward_batch)

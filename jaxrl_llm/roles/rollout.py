@@ -53,6 +53,8 @@ class RolloutWorker:
       rules: the decode layout (default `DECODE_RULES`).
       compaction, prefix_sharing: the engine's savings (`GenerationConfig`); `last_work` holds
         the `DecodeWork` of the latest `sample`.
+      decode_attention: the decode steps' attention (`GenerationConfig.decode_attention`:
+        "auto", "xla", "kernel", ...).
       lora_rollout: for a model with LoRA adapters, "merge" (decode with W + scale A B) or
         "apply" (decode with the adapters applied); see the module docstring.
       decode_batch: the most rows decoded at once (0: every prompt of a call in one program).
@@ -81,6 +83,7 @@ class RolloutWorker:
         prefix_sharing: str = "identical",
         lora_rollout: str = "apply",
         decode_batch: int = 0,
+        decode_attention: str = "auto",
     ):
         if decode_batch < 0:
             raise ValueError(f"decode_batch={decode_batch} must be >= 0 (0: no chunking).")
@@ -115,6 +118,7 @@ class RolloutWorker:
             min_prompt_bucket=min_prompt_bucket,
             compaction=compaction,
             prefix_sharing=prefix_sharing,
+            decode_attention=decode_attention,
         )
         self._sampler = chat_generator(
             model, tokenizer, temperature=temperature, cache_shardings=cache, **options

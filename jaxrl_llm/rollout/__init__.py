@@ -8,6 +8,7 @@ documents the output layout. `SlotDecoder` is the step-at-a-time
 serves it through JetStream's orchestrator; it is imported lazily.
 """
 
+from jaxrl_llm.rollout.attention_choice import DECODE_ATTENTION
 from jaxrl_llm.rollout.batching import PackedPrompts, bucket_size, pack_prompts, pack_stop_sequences
 from jaxrl_llm.rollout.continuous import ContinuousGenerator
 from jaxrl_llm.rollout.decode_state import DecodeWork, decode_step, next_token_logits, prefill
@@ -30,6 +31,7 @@ from jaxrl_llm.rollout.types import FINISH_REASON_NAMES, FinishReason, Rollout
 __all__ = [
     "CacheLayout",
     "ContinuousGenerator",
+    "DECODE_ATTENTION",
     "DecodeWork",
     "FINISH_REASON_NAMES",
     "FinishReason",

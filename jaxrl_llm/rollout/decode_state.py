@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_llm.models import decode_kernel
 from jaxrl_llm.models.transformer import KVCache, Transformer
-from jaxrl_llm.rollout import batching, kv_cache
+from jaxrl_llm.rollout import attention_choice, batching, kv_cache
 from jaxrl_llm.rollout.sampling import sample_tokens, step_keys
 from jaxrl_llm.rollout.types import FinishReason, Rollout
 
@@ -36,6 +37,8 @@ class DecodeStatic(NamedTuple):
     stages: tuple[int, ...]  # decode batch of each compaction stage, decreasing
     copies_rows: bool  # the prefill plan shares rows (a cache gather follows the prefill)
     shards: int = 1  # devices the decode rows are split over (compaction stays on each)
+    attention: str = "xla"  # the decode steps' attention (`attention_choice.resolve`)
+    interpret: bool = False  # run that attention's Pallas kernel in the interpreter (CPU)
 
 
 class DecodeWork(NamedTuple):
@@ -319,7 +322,9 @@ def decode_until(
             live > next_size // static.shards
         )
 
-    return jax.lax.while_loop(cond, body, s)
+    with decode_kernel.use(attention_choice.scope(static.attention, static.interpret,
+                                                  cache_shardings)):  # fmt: skip
+        return jax.lax.while_loop(cond, body, s)
 
 
 def compact(s: LoopState, size: int, cache_shardings, shards: int = 1) -> LoopState:

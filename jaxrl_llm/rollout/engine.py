@@ -21,6 +21,9 @@ whole rollout on device:
      row into [B, T] arrays, so compaction never changes the layout. With the rows split over
      several devices (`CacheLayout` over a data axis), each device compacts its own rows
      (`decode_state.compact`): a stage ends when every device's live rows fit its share.
+     Each step's attention is `GenerationConfig.decode_attention` (`attention_choice`): on
+     TPU and GPU a Pallas kernel that reads only each row's filled cache blocks (the cache is
+     then padded to whole blocks), else the masked full-cache XLA path.
 
 Parameters enter the program as arguments (never baked-in constants), so the same executable
 serves every weight update, and the computation follows their sharding: params sharded by the
@@ -44,9 +47,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxrl_llm.models.config import ModelConfig
 from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.models.transformer import Transformer
-from jaxrl_llm.rollout import batching, kv_cache
+from jaxrl_llm.rollout import attention_choice, batching, kv_cache
 from jaxrl_llm.rollout.decode_state import (
     DecodeStatic,
     DecodeWork,
@@ -67,6 +71,7 @@ from jaxrl_llm.rollout.generation_config import GenerationConfig
 from jaxrl_llm.rollout.prefix_sharing import plan_prefill
 from jaxrl_llm.rollout.sampling import sequence_keys
 from jaxrl_llm.rollout.types import Rollout
+from kernels.decode_attention import padded_slots
 
 Array = jax.Array
 
@@ -88,7 +93,8 @@ def start_decode(
     n_new = static.max_new_tokens
     cache_dtype = None if static.cache_dtype is None else jnp.dtype(static.cache_dtype)
     # Prefill into a P-slot cache (its attention then spans P keys, not P + N), then extend it
-    # with zero slots: the last sampled token is never fed back, so P + N - 1 slots suffice.
+    # with zero slots: the last sampled token is never fed back, so P + N - 1 slots suffice
+    # (a decode attention kernel tiles whole blocks: rounded up, the padding never read).
     logits_bv, cache = shared_prefill(
         model,
         inputs.prefix_l,
@@ -105,7 +111,8 @@ def start_decode(
             kv_cache.take_rows(cache, source_b),
         )
         cache = kv_cache.constrain(cache, cache_shardings)
-    cache = kv_cache.constrain(kv_cache.extend(cache, n_new - 1), cache_shardings)
+    slots = padded_slots(prompt_bucket + n_new - 1, static.attention)
+    cache = kv_cache.constrain(kv_cache.extend(cache, slots - prompt_bucket), cache_shardings)
     init = LoopState(
         step=jnp.zeros((), jnp.int32),
         rows=initial_rows(inputs.prompt_bt, n_new, static.pad_id, done_b=~inputs.active_b),
@@ -154,6 +161,44 @@ def _generate_padded(
             cache_shardings=cache_shardings,
         )
     return finish_decode(s, inputs)
+
+
+def decode_options(
+    config: GenerationConfig,
+    model_config: ModelConfig,
+    cache_shardings,
+    padded: int,
+    *,
+    copies_rows: bool,
+    stages: tuple[int, ...] | None = None,
+) -> DecodeStatic:
+    """The static options of a decode program of `padded` rows: its compaction stages (default
+    from the config; with the rows split over several devices by the cache layout, each device
+    compacts its own rows), row shards and decode attention (`attention_choice.resolve`).
+    What the planner's cost model reads (`jaxrl_llm.scale`) as the program runs it."""
+    c = config
+    attention, interpret = attention_choice.resolve(
+        c.decode_attention, head_dim=model_config.head_dim,
+        cache_dtype=c.cache_dtype or model_config.jnp_dtype, cache_shardings=cache_shardings,
+    )  # fmt: skip
+    shards = kv_cache.row_shards(cache_shardings, padded)
+    if stages is None:
+        stages = compaction_stages(
+            padded, enabled=c.compaction, min_batch=c.min_compact_batch, shards=shards
+        )
+    return DecodeStatic(
+        max_new_tokens=int(c.max_new_tokens),
+        top_k=c.top_k,
+        use_top_p=c.top_p is not None,
+        use_min_p=c.min_p is not None,
+        pad_id=int(c.pad_id),
+        cache_dtype=c.cache_dtype,
+        stages=stages,
+        copies_rows=copies_rows,
+        shards=shards if len(stages) > 1 else 1,
+        attention=attention,
+        interpret=interpret,
+    )
 
 
 class Generator:
@@ -298,26 +343,11 @@ class Generator:
     def program_options(
         self, padded: int, *, copies_rows: bool, stages: tuple[int, ...] | None = None
     ) -> DecodeStatic:
-        """The static options of a decode program of `padded` rows for this config: its
-        compaction stages (default from the config; with the rows split over several devices
-        by the cache layout, each device compacts its own rows) and row shards."""
-        c = self.config
-        shards = kv_cache.row_shards(self.cache_shardings, padded)
-        if stages is None:
-            stages = compaction_stages(
-                padded, enabled=c.compaction, min_batch=c.min_compact_batch, shards=shards
-            )
-        return DecodeStatic(
-            max_new_tokens=int(c.max_new_tokens),
-            top_k=c.top_k,
-            use_top_p=c.top_p is not None,
-            use_min_p=c.min_p is not None,
-            pad_id=int(c.pad_id),
-            cache_dtype=c.cache_dtype,
-            stages=stages,
-            copies_rows=copies_rows,
-            shards=shards if len(stages) > 1 else 1,
-        )
+        """`decode_options` of a decode program of `padded` rows for this generator."""
+        return decode_options(
+            self.config, self.model.config, self.cache_shardings, padded,
+            copies_rows=copies_rows, stages=stages,
+        )  # fmt: skip
 
     def _row_options(
         self, prompt_len_b, batch: int, seed, max_new_tokens, row_offset: int = 0

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_llm.rollout.attention_choice import DECODE_ATTENTION
 from jaxrl_llm.rollout.prefix_sharing import PREFIX_SHARING_MODES
 
 
@@ -38,6 +39,11 @@ class GenerationConfig:
         copies their cache rows, exactly; "common" also prefills the prefix every prompt shares
         once (float32 rounding differs slightly); "none" prefills every row in full. See
         `jaxrl_llm.rollout.prefix_sharing`.
+      decode_attention: the decode steps' attention, one of `DECODE_ATTENTION`: "auto" (the
+        platform's kernel that reads only each row's filled cache blocks where it fits, else
+        the masked full-cache "xla" path), "xla", "kernel", or a kernel by name
+        ("pallas_tpu", "pallas_gpu": interpreted on a CPU). See
+        `jaxrl_llm.rollout.attention_choice`.
     """
 
     max_new_tokens: int
@@ -54,6 +60,7 @@ class GenerationConfig:
     compaction: bool = True
     min_compact_batch: int = 8
     prefix_sharing: str = "identical"
+    decode_attention: str = "auto"
 
     def __post_init__(self):
         if not isinstance(self.max_new_tokens, (int, np.integer)) or self.max_new_tokens < 1:
@@ -64,6 +71,11 @@ class GenerationConfig:
             raise ValueError(
                 f"GenerationConfig: prefix_sharing={self.prefix_sharing!r} must be one of "
                 f"{PREFIX_SHARING_MODES}."
+            )
+        if self.decode_attention not in DECODE_ATTENTION:
+            raise ValueError(
+                f"GenerationConfig: decode_attention={self.decode_attention!r} must be one of "
+                f"{DECODE_ATTENTION}."
             )
         if self.min_compact_batch < 1:
             raise ValueError(

@@ -1,17 +1,20 @@
 """Runners own the loop and nothing algorithm-specific; hooks do the side work.
 
-`train(config, workdir)` is the synchronous online runner (`online_sync`): collect -> process ->
-update for whichever `Algorithm` the config names (or one passed in). With
-`config.async_rl.enabled` it runs the asynchronous runner (`online_async`): a generator thread and
-the learner at once, samples at most `max_staleness` weight versions old. `restore_policy(workdir)`
-gives a finished run's policy back (its config, model and checkpointed weights).
+`train(config, workdir)` is the online RL runner (`online`): a collector (`SingleTurnSampler`, or
+`EpisodePlayer` for `config.env`) and a schedule (`SyncSchedule`, or `AsyncSchedule` for
+`config.async_rl`: a generator beside the learner, samples at most `max_staleness` weight versions
+old) put together around `OnlineRun`'s collect -> process -> update, for whichever `Algorithm` the
+config names (or one passed in). `restore_policy(workdir)` gives a finished run's policy back
+(its config, model and checkpointed weights).
 
 A config's `stage` picks the stage of the three-stage pipeline (`runners.stages`): RL (the
-default), "sft" (`runners.sft`) or "reward_model" (`runners.reward_model`); `validate_stage` and
-`run_stage` dispatch on it.
+default), "sft" (`runners.sft`) or "reward_model" (`runners.reward_model`); `load_config` reads
+and validates a config file, `validate_stage` and `run_stage` dispatch on the stage.
 """
 
-from jaxrl_llm.runners.evaluation import greedy_accuracy
+from jaxrl_llm.runners.collectors import Collector, Generated, rollout_seed
+from jaxrl_llm.runners.episode_player import EpisodePlayer
+from jaxrl_llm.runners.evaluation import eval_settings, greedy_accuracy
 from jaxrl_llm.runners.hooks import (
     CheckpointHook,
     EvaluationHook,
@@ -24,18 +27,24 @@ from jaxrl_llm.runners.hooks import (
     default_hooks,
 )
 from jaxrl_llm.runners.lifecycle import TIME_KEYS, is_process_dependent
-from jaxrl_llm.runners.online_async import AsyncRun
-from jaxrl_llm.runners.online_sync import OnlineRun, rollout_seed, train
+from jaxrl_llm.runners.online import build_run, train
+from jaxrl_llm.runners.online_async import AsyncSchedule
+from jaxrl_llm.runners.online_run import OnlineRun
+from jaxrl_llm.runners.online_sync import Schedule, SyncSchedule
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.restore import RestoredPolicy, load_run_config, restore_policy
-from jaxrl_llm.runners.stages import run_stage, validate_stage
+from jaxrl_llm.runners.sampler import SingleTurnSampler
+from jaxrl_llm.runners.stages import load_config, run_stage, validate_stage
 
 __all__ = [
     "TIME_KEYS",
     "is_process_dependent",
-    "AsyncRun",
+    "AsyncSchedule",
     "CheckpointHook",
+    "Collector",
+    "EpisodePlayer",
     "EvaluationHook",
+    "Generated",
     "Hook",
     "MetricsHook",
     "NonFiniteGuard",
@@ -44,9 +53,15 @@ __all__ = [
     "PipelineError",
     "ProgressHook",
     "RestoredPolicy",
+    "Schedule",
+    "SingleTurnSampler",
     "StepRecord",
+    "SyncSchedule",
+    "build_run",
     "default_hooks",
+    "eval_settings",
     "greedy_accuracy",
+    "load_config",
     "load_run_config",
     "restore_policy",
     "rollout_seed",

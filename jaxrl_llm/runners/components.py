@@ -44,6 +44,7 @@ from jaxrl_llm.roles import (
     Reference,
     RewardRole,
     RolloutWorker,
+    forward_batch_of,
     init_value_model,
     make_placement,
 )
@@ -218,9 +219,11 @@ def build_roles(
 
     The reference and the critic copy the policy's weights before the actor takes them over
     (the actor's train step donates its buffers). With LoRA the reference is the actor's own
-    frozen base (adapters off), and the critic starts from the base model.
+    frozen base (adapters off), and the critic starts from the base model. The frozen forwards
+    run `config.rollout.forward_batch` rows at a time (`jaxrl_llm.roles.forwards`).
     """
     placement = make_placement(config.placement, devices)
+    chunk = forward_batch_of(config)
     policy = parts.model
     reference = critic = None
     lora = lora_config_of(config) is not None
@@ -235,7 +238,9 @@ def build_roles(
         # a frozen copy of the initial weights before the actor takes the policy's over
         judge_base = (policy, frozen_copy(policy, nnx.state(policy, nnx.Param)))
     if algorithm.needs("reference") and not lora:
-        reference = Reference(policy, placement.train_mesh, temperature=temperature)
+        reference = Reference(
+            policy, placement.train_mesh, temperature=temperature, forward_batch=chunk
+        )
     if algorithm.needs("critic"):
         trunk = strip_adapters(policy) if lora else policy
         critic = Critic(
@@ -243,6 +248,7 @@ def build_roles(
             build_optimizer(config.critic, total_updates(config)),
             algorithm.critic_loss,
             placement.train_mesh,
+            forward_batch=chunk,
         )
     rollout = RolloutWorker(
         policy,
@@ -255,12 +261,15 @@ def build_roles(
         prefix_sharing=config.rollout.prefix_sharing,
         lora_rollout=config.model.lora.rollout if lora else "apply",
         decode_batch=config.rollout.get("decode_batch", 0),
+        decode_attention=config.rollout.decode_attention,
     )
     actor = Learner(
         policy, parts.optimizer, algorithm.loss, placement.train_mesh, dropout_seed=config.seed
     )
     if algorithm.needs("reference") and lora:
-        reference = Reference.of_lora_base(actor, policy, temperature=temperature)
+        reference = Reference.of_lora_base(
+            actor, policy, temperature=temperature, forward_batch=chunk
+        )
     if lora:  # the LLM judge's frozen weights: the base the actor never trains
         judge_base = (strip_adapters(policy), actor.frozen)
     elif reference is not None:
@@ -268,7 +277,11 @@ def build_roles(
     reward_model = None
     if config.rewards.model:
         models = [
-            ModelReward(load_scalar_model(path.strip()), parts.tokenizer)
+            ModelReward(
+                load_scalar_model(path.strip()),
+                parts.tokenizer,
+                batch_size=chunk or config.rollout.num_prompts * config.rollout.group_size,
+            )
             for path in config.rewards.model.split(",")
         ]
         reward_model = models[0]

@@ -1,15 +1,34 @@
-"""Greedy held-out evaluation: accuracy of the policy on a prompt source."""
+"""Held-out evaluation: a run config's `EvalSettings`, and greedy accuracy on a prompt source."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import ml_collections
 
 from jaxrl_llm.data import Example
 from jaxrl_llm.evals.suite import EvalSet, EvalSettings, Evaluator
 from jaxrl_llm.rewards import RewardRunner
 from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 
-__all__ = ["chat_generator", "completion_texts", "greedy_accuracy", "prompt_ids"]
+__all__ = ["chat_generator", "completion_texts", "eval_settings", "greedy_accuracy", "prompt_ids"]
+
+
+def eval_settings(config: ml_collections.ConfigDict) -> EvalSettings:
+    """The `EvalSettings` of a run config's `eval` section (prompt format from `task`)."""
+    c = config
+    return EvalSettings(
+        max_new_tokens=c.eval.max_new_tokens,
+        num_slots=c.eval.batch_size,
+        num_samples=c.eval.num_samples,
+        ks=tuple(c.eval.ks),
+        temperature=c.eval.temperature,
+        seed=c.seed,
+        min_prompt_bucket=c.rollout.min_prompt_bucket,
+        continuous=c.eval.continuous,
+        system_prompt=c.task.system_prompt,
+        instruction_suffix=c.task.instruction_suffix,
+    )
 
 
 def greedy_accuracy(

@@ -55,7 +55,7 @@ class StepRecord:
 
 
 class RunContext(Protocol):
-    """What hooks may read and call on a run (see `jaxrl_llm.runners.online_sync`)."""
+    """What hooks may read and call on a run (see `jaxrl_llm.runners.online_run.OnlineRun`)."""
 
     config: Any
     workdir: str

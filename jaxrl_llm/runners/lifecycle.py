@@ -76,9 +76,9 @@ def _run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
     the task as generated (preset resolved), the model, and how many older weight versions a
     checkpoint holds (deterministic asynchronous runs; another count would not restore)."""
     env = (config.get("env") or {}).get("name", "")  # absent from configs before episodes
-    from jaxrl_llm.envs.tasks import TASKS_WITH_OWN_DATA
+    from jaxrl_llm.envs.task_registry import has_own_data
 
-    if env in TASKS_WITH_OWN_DATA:  # the episode task makes its own examples
+    if has_own_data(env):  # the episode task makes its own examples
         task, kwargs = env, {k: v for k, v in config["env"].items() if k.startswith(env)}
     else:
         task, kwargs = resolve_task(config["task"]["name"], dict(config["task"]["kwargs"]))

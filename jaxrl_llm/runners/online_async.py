@@ -1,15 +1,16 @@
-"""The asynchronous online runner: generator and learner at the same time, bounded staleness.
+"""The asynchronous schedule: generator and learner at the same time, bounded staleness.
 
-    config.async_rl.enabled = True          # train(config, workdir) then runs this runner
+    config.async_rl.enabled = True          # train(config, workdir) then uses this schedule
     config.async_rl.max_staleness = 2       # k: batches trained at most 2 versions after their weights
     config.placement.mode = "split"         # generator and learner on disjoint devices
     config.async_rl.inflight_updates = True # PipelineRL: newer weights between decode chunks
 
 See "LlamaRL: A Distributed Asynchronous Reinforcement Learning Framework for Efficient
 Large-scale LLM Training" (2505.24034) and "AReaL: A Large-Scale Asynchronous Reinforcement
-Learning System for Language Reasoning" (2505.24298). A generator thread samples and scores
-batch s with the newest published weights allowed (`jaxrl_llm.runners.staleness`) and queues it
-tagged with that weight version; the learner (the calling thread) trains batch s at version s,
+Learning System for Language Reasoning" (2505.24298). A generator thread has the run's collector
+(single-turn samples or multi-turn episodes) make and score batch s with the newest published
+weights allowed (`jaxrl_llm.runners.staleness`) and queues it tagged with that weight version;
+the learner (the calling thread) trains batch s at version s,
 then publishes its weights to the generator every `sync_every` updates: `RolloutWorker.snapshot`
 reshards them device to device into the decode layout on the rollout mesh (under a transfer
 guard, never through the host). Each thread drives its own jitted programs; with a split
@@ -39,7 +40,7 @@ import jax
 import numpy as np
 
 from jaxrl_llm.runners.hooks import StepRecord
-from jaxrl_llm.runners.online_sync import OnlineRun
+from jaxrl_llm.runners.online_sync import Schedule
 from jaxrl_llm.runners.pipeline import GeneratedBatch, Pipeline, PipelineClosed
 from jaxrl_llm.runners.remote_pipeline import RemotePipeline, weights_like
 from jaxrl_llm.runners.staleness import (
@@ -50,6 +51,8 @@ from jaxrl_llm.runners.staleness import (
     oldest_allowed,
     pending_versions,
 )
+
+__all__ = ["AsyncSchedule", "pending_weights_target"]
 
 
 def pending_weights_target(config, roles) -> list[Any]:
@@ -63,16 +66,19 @@ def pending_weights_target(config, roles) -> list[Any]:
     return [layout] * slots
 
 
-class AsyncRun(OnlineRun):
-    """An `OnlineRun` whose rollouts come from a generator thread (see the module docstring).
+class AsyncSchedule(Schedule):
+    """A generator thread (or process) collecting beside the learner (see the module docstring).
 
-    `train` drives it like the synchronous run (`step` is one learner step), between
-    `start_pipeline()` and `close_pipeline()`.
+    `train` drives it like the synchronous schedule (`step` is one learner step), between
+    `start()` and `close()`.
+
+    Args:
+      config: the run config (`config.async_rl`).
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        a = self.config.async_rl
+    def __init__(self, config):
+        a = config.async_rl
+        self.config = config
         self.max_staleness, self.sync_every = a.max_staleness, a.sync_every
         self.deterministic = a.deterministic
         self.inflight = a.inflight_updates
@@ -86,31 +92,33 @@ class AsyncRun(OnlineRun):
         self.totals.update(sync_bytes=0, syncs=0, tokens=0, token_staleness=0)
 
     # -- checkpoints: the train state plus the weight versions still to be generated with ----
-    def state_tree(self) -> dict[str, Any]:
-        tree = super().state_tree()
+    def state_tree(self, run, tree: dict[str, Any]) -> dict[str, Any]:
+        """`tree` plus the older weight versions batches not yet trained will be generated
+        with (deterministic mode)."""
         published = self.pipeline.published() if self.pipeline is not None else {}
         if not published:  # before the pipeline starts: a restore target
-            target = pending_weights_target(self.config, self.roles)
+            target = pending_weights_target(self.config, run.roles)
             return {**tree, "pending_weights": target} if target else tree
         slots = checkpoint_slots(self.config.async_rl)
         if not slots:
             return tree
-        versions = pending_versions(self.meta["step"], self.max_staleness, self.sync_every)
-        self.meta["pending_versions"] = versions
+        versions = pending_versions(run.meta["step"], self.max_staleness, self.sync_every)
+        run.meta["pending_versions"] = versions
         filler = max(published)
         tree["pending_weights"] = [
             published[versions[i] if i < len(versions) else filler] for i in range(slots)
         ]
         return tree
 
-    def load_state_tree(self, tree: dict[str, Any]) -> None:
+    def load_state_tree(self, tree: dict[str, Any]) -> dict[str, Any]:
+        """Keeps the restored older weight versions for `start`; returns the rest."""
         self._restored_slots = tree.pop("pending_weights", None)
-        super().load_state_tree(tree)
+        return tree
 
     # -- the two sides ------------------------------------------------------------------------
-    def publish(self, version: int) -> dict[str, float]:
+    def publish(self, run, version: int) -> dict[str, float]:
         """Puts the actor's weights, as `version`, in the decode layout on the rollout mesh."""
-        params, stats = self.roles.rollout.snapshot(self.roles.actor.params)
+        params, stats = run.roles.rollout.snapshot(run.roles.actor.params)
         self.pipeline.publish(version, params)
         keep_from = (
             behaviour_version(version, self.max_staleness, self.sync_every)
@@ -123,7 +131,7 @@ class AsyncRun(OnlineRun):
         self.totals["syncs"] += 1
         return {"time/sync_s": stats.seconds, "async/sync_bytes": float(stats.bytes)}
 
-    def _generate_batches(self, first_step: int) -> None:
+    def _generate_batches(self, run, first_step: int) -> None:
         """The generator thread: batches first_step .. num_steps - 1, in order."""
         k, n = self.max_staleness, self.sync_every
         try:
@@ -136,14 +144,14 @@ class AsyncRun(OnlineRun):
                     at_least=at_least, exact=self.deterministic
                 )
                 newest = self.pipeline.newest if self.inflight else None
-                generated = self.generate(step, params, weights=newest)
+                generated = run.generate(step, params, weights=newest)
                 del params
                 versions_b = np.full(generated.rollout.tokens.shape[0], version, np.int32)
                 if generated.versions_bt is not None:  # the version each row started with
                     mask = np.asarray(generated.rollout.completion_mask)
                     versions_b = np.where(mask, generated.versions_bt, step).min(axis=1)
                     version = int(versions_b.min())
-                data_after = self.parts.batcher.state()
+                data_after = run.parts.batcher.state()
                 pull_s = self.pipeline.pull_seconds - pulled_before
                 self.pipeline.put(
                     GeneratedBatch(step, version, versions_b, generated, data_after, waited, pull_s)
@@ -154,7 +162,7 @@ class AsyncRun(OnlineRun):
             self.generator_error = e
             self.pipeline.fail("generator", e)
 
-    def start_pipeline(self) -> None:
+    def start(self, run) -> None:
         """Publishes the starting weights (and restored older versions) and starts the
         generator thread at the run's current step (with two processes: tells the generator
         process where the run starts)."""
@@ -165,40 +173,43 @@ class AsyncRun(OnlineRun):
             )
         else:
             self.pipeline = Pipeline(timeout_s=a.timeout_s)
-        start = self.meta["step"]
-        counts = self.meta.get("staleness_counts", {})
+        start = run.meta["step"]
+        counts = run.meta.get("staleness_counts", {})
         self.counter = StalenessCounter(self.max_staleness, {int(s): c for s, c in counts.items()})
         if self._restored_slots is not None:
             for version, params in zip(
-                self.meta.get("pending_versions", []), self._restored_slots, strict=False
+                run.meta.get("pending_versions", []), self._restored_slots, strict=False
             ):
                 self.pipeline.publish(version, params)
             self._restored_slots = None
         if is_published(start, self.sync_every) or not self.deterministic:
-            self.publish(start)
+            self.publish(run, start)
         if self.processes == 2:
-            self.pipeline.send_start(start, self.meta["data"])
+            self.pipeline.send_start(start, run.meta["data"])
             return
         self._generator = threading.Thread(
-            target=self._generate_batches, args=(start,), name="jaxrl_llm-generator", daemon=True
+            target=self._generate_batches,
+            args=(run, start),
+            name="jaxrl_llm-generator",
+            daemon=True,
         )
         self._generator.start()
 
-    def serve_generation(self) -> dict[str, Any]:
+    def serve_generation(self, run) -> dict[str, Any]:
         """The generator process of a two-process run: waits for the learner's start, then
         generates and sends every batch of the run; returns its summary. Raises what stopped
         it (its own error, or a `PipelineError` naming the learner)."""
         a = self.config.async_rl
-        rollout = self.roles.rollout  # what the learner publishes: decode layout and dtype
-        decode = jax.eval_shape(rollout.in_decode_dtype, self.roles.actor.params)
+        rollout = run.roles.rollout  # what the learner publishes: decode layout and dtype
+        decode = jax.eval_shape(rollout.in_decode_dtype, run.roles.actor.params)
         like = weights_like(decode, rollout.shardings)
         self.pipeline = RemotePipeline(
             side="generator", timeout_s=a.timeout_s, weights_like=like, host=a.transfer_host
         )
         try:
             step, data = self.pipeline.receive_start()
-            self.parts.batcher.restore(data)
-            self._generate_batches(step)
+            run.parts.batcher.restore(data)
+            self._generate_batches(run, step)
         finally:
             self.pipeline.close()
         if self.generator_error is not None:
@@ -209,23 +220,23 @@ class AsyncRun(OnlineRun):
             "pull_s": self.pipeline.pull_seconds,
         }
 
-    def close_pipeline(self, *, join_timeout_s: float = 10.0) -> None:
+    def close(self, run, *, join_timeout_s: float = 10.0) -> None:
         """Stops the generator (it exits at its next wait) and waits for it a little; a
         generator still busy after that ends in the background (a daemon thread). Puts
         `async_summary()` into the run's summary."""
         if self.pipeline is not None:
             self.pipeline.close()
-            self.summary["async"] = self.async_summary()
+            run.summary["async"] = self.async_summary()
         if self._generator is not None:
             self._generator.join(join_timeout_s)
             self._generator = None
 
-    def fail(self, error: BaseException) -> None:
+    def fail(self, run, error: BaseException) -> None:
         """Tells the generator that the learner failed (it stops waiting for weights)."""
         if self.pipeline is not None:
             self.pipeline.fail("learner", error)
 
-    def step(self, step: int) -> StepRecord:
+    def step(self, run, step: int) -> StepRecord:
         """One learner step: the next queued batch, trained at version `step`, then publish."""
         start = time.time()
         batch, learner_idle, depth = self.pipeline.get()
@@ -247,14 +258,14 @@ class AsyncRun(OnlineRun):
             scalars["time/pull_s"] = batch.pull_s
         if batch.generated.versions_bt is not None:
             scalars.update(self.token_staleness(step, batch.generated))
-        record = self.learn(
+        record = run.learn(
             step, batch.generated, data_after=batch.data_after, start=start, scalars=scalars
         )
         version = step + 1
         if is_published(version, self.sync_every):  # also after the last step: the same
             # metrics whatever num_steps is, and a checkpoint holds what a longer run needs
-            record.scalars.update(self.publish(version))
-        self.meta["staleness_counts"] = {str(s): c for s, c in self.counter.histogram().items()}
+            record.scalars.update(self.publish(run, version))
+        run.meta["staleness_counts"] = {str(s): c for s, c in self.counter.histogram().items()}
         return record
 
     def token_staleness(self, step: int, generated) -> dict[str, float]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import time
 import zipfile
 from typing import Any
 
@@ -33,24 +32,21 @@ import ml_collections
 import numpy as np
 
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl
-from jaxrl_llm.data.presets import resolve_task
 from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy, with_lora
-from jaxrl_llm.runners.reward_model import PAIR_SECTION_FIELDS, make_pairs
-from jaxrl_llm.runners.supervised import (
+from jaxrl_llm.runners.reward_model import PAIR_SECTION_FIELDS, make_pairs, pair_fields
+from jaxrl_llm.runners.stage_data import labelled_items, step_indices
+from jaxrl_llm.runners.stage_parts import (
     check_sampled_labels_section,
-    fit_policy,
     greedy_evaluation,
-    padded_width,
-    split_by_group,
+    percent_change,
+    policy_evaluation,
     stage_config,
     stage_learner,
-    step_indices,
-    update_seconds,
-    write_config,
-    write_summary,
+    task_accuracy_change,
 )
+from jaxrl_llm.runners.supervised import SupervisedStage, save_policy, train_stage
 from jaxrl_llm.training.preference import (
     PairRows,
     PreferenceLossConfig,
@@ -63,37 +59,36 @@ from jaxrl_llm.training.preference import (
 
 
 def offline_preference_section() -> ml_collections.ConfigDict:
-    """The `config.preference` fields: the loss (`preference_section`), the pairs, the batches."""
-    c = preference_section()
-    c.pairs = ""  # a pair JSONL; "" makes pairs from the policy's samples (<workdir>/pairs.jsonl)
-    # Making pairs (as the reward-model stage does): prompts, samples, pairs kept per prompt.
-    c.num_prompts = 256
-    c.group_size = 8
-    c.pairs_per_prompt = 4
-    c.temperature = 1.0
-    c.max_new_tokens = 64
-    c.batch_size = 8  # pairs per optimizer update
-    c.max_length = 256  # tokens of prompt + completion; longer pairs are dropped (counted)
-    c.eval_fraction = 0.2  # share of the prompts whose pairs are held out
-    c.eval_every = 0  # steps between held-out evaluations (0: before and after only)
-    return c
+    """The `config.preference` fields: the loss (`preference_section`), then the pairs and
+    the batches as the reward-model stage has them (`reward_model.pair_fields`)."""
+    return pair_fields(preference_section())
 
 
 def preference_config(loss_type: str = "sigmoid") -> ml_collections.ConfigDict:
     """The default offline preference configuration (SmolLM2-135M-Instruct, chain_sum)."""
-    c = stage_config("preference", "preference", offline_preference_section())
-    c.preference.loss_type = loss_type
-    return c
+    return stage_config(
+        "preference", "preference", offline_preference_section(), loss_type=loss_type
+    )
 
 
 def validate_preference_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of a preference config, and the fix."""
-    p = config.preference
-    validate_preference_section(p, "preference")
-    check_sampled_labels_section(config, "preference", PAIR_SECTION_FIELDS)
-    if p.pairs and not os.path.isfile(p.pairs):
-        raise ValueError(f"config.preference.pairs={p.pairs!r} does not exist ('' makes pairs).")
-    resolve_task(config.task.name, config.task.kwargs.to_dict())
+    validate_preference_section(config.preference, "preference")
+    check_sampled_labels_section(config, "preference", PAIR_SECTION_FIELDS, labels="pairs")
+
+
+def train_preference(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
+    """Runs (or resumes) the offline preference stage; returns its summary (summary.json)."""
+    return train_stage(PREFERENCE, config, workdir, progress=progress)
+
+
+def _report(summary: dict[str, Any]) -> str:
+    change = percent_change(summary, "eval/reward_accuracy")
+    line = (
+        f"[jaxrl_llm] {summary['loss_type']}: held-out pair reward accuracy {change} "
+        f"({summary['steps']} updates)"
+    )
+    return line + f"{task_accuracy_change(summary)}; model written to {summary['model']}"
 
 
 def encode_pair(tokenizer, pair: Pair) -> tuple[list[int], int, list[int], int]:
@@ -120,55 +115,48 @@ def pair_rows(encoded: list, ref_logp_p2: np.ndarray, weights_p: np.ndarray, *, 
 
 
 class PreferenceRun:
-    """One offline preference run: the encoded pairs, the reference log-probs, the `Learner`."""
+    """One offline preference run: the encoded pairs, the reference log-probs, the `Learner`
+    (a `StageRun`)."""
 
     def __init__(self, config, workdir: str):
         self.config, self.workdir, p = config, workdir, config.preference
         self.model, self.tokenizer = load_policy(config)
         self.model = with_lora(self.model, config)  # LoRA when config.model.lora.rank > 0
-        path = p.pairs or os.path.join(workdir, "pairs.jsonl")
-        self.pair_stats: dict[str, float] = {}
-        if not p.pairs and not os.path.isfile(path):
-            self.pair_stats = make_pairs(
-                config, self.model, self.tokenizer, path, section="preference"
-            )
-            print(f"[jaxrl_llm] {self.pair_stats['pairs']} pairs written to {path}")
-        encoded, prompts, dropped = [], [], 0
-        for pair in read_pairs_jsonl(path):
-            e = encode_pair(self.tokenizer, pair)
-            if max(len(e[0]), len(e[2])) > p.max_length:
-                dropped += 1
-                continue
-            encoded.append(e)
-            prompts.append(pair.prompt)
-        if len(set(prompts)) < 2:
-            raise ValueError(
-                f"{path}: usable pairs of {len(set(prompts))} prompt(s) ({dropped} longer than "
-                f"config.preference.max_length={p.max_length}); preference training needs pairs "
-                "of at least two prompts (one is held out)."
-            )
-        held, train = split_by_group(prompts, p.eval_fraction, config.seed)
-        self.encoded, self.train, self.held = encoded, train, held
-        self.width = padded_width(
-            [len(x) for e in encoded for x in (e[0], e[2])], limit=p.max_length
-        )
+        split, self.pair_stats = labelled_items(
+            config, "preference", "pairs", workdir,
+            make=lambda path: make_pairs(config, self.model, self.tokenizer, path, section="preference"),
+            read=read_pairs_jsonl, encode=self._encode,
+        )  # fmt: skip
+        self.encoded, self.train, self.held = split.encoded, split.train, split.held
+        self.width = split.width
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.pair_stats.update(
-            pairs=len(encoded), train_pairs=len(train), eval_pairs=len(held), dropped=dropped
+            pairs=len(self.encoded),
+            train_pairs=len(self.train),
+            eval_pairs=len(self.held),
+            dropped=split.dropped,
         )
         self.loss_config = PreferenceLossConfig.from_section(
             p, temperature=1.0, remat=config.train.remat
         )
         loss = functools.partial(preference_loss, config=self.loss_config)
         self.learner = stage_learner(self.model, config, loss, num_steps=config.train.num_steps)
-        self._task_metrics = greedy_evaluation(config, self.model, self.tokenizer)
+        greedy = greedy_evaluation(config, self.model, self.tokenizer)
+        self.evaluate = policy_evaluation(
+            config, self.held_out, lambda: greedy(self.learner.params)
+        )
         graphdef, eval_config = self.learner.graphdef, self.loss_config
         self._logp_fn = jax.jit(
             lambda params, tokens, mask: completion_logprobs(
                 merge_for_compute(graphdef, params), tokens, mask, config=eval_config
             )
         )
-        self.ref_logp = self._reference_logps(path)  # [pairs, 2], the initial policy's
+        self.ref_logp = self._reference_logps(split.path)  # [pairs, 2], the initial policy's
+
+    def _encode(self, pair: Pair):
+        """(prompt, `encode_pair`'s encoding, the chosen and rejected ids)."""
+        encoded = encode_pair(self.tokenizer, pair)
+        return pair.prompt, encoded, (encoded[0], encoded[2])
 
     def _rows(self, indices, weights=None) -> PairRows:
         encoded = [self.encoded[i] for i in indices]
@@ -237,50 +225,13 @@ class PreferenceRun:
             count += real
         return {f"eval/{k}": v / count for k, v in sums.items()}
 
-    def task_accuracy(self) -> dict[str, float]:
-        """Held-out greedy task metrics (`config.eval`) of the current policy."""
-        return self._task_metrics(self.learner.params)
+    def summary(self) -> dict[str, Any]:
+        """The loss type and the pair counts."""
+        return {"loss_type": self.config.preference.loss_type, "pairs": self.pair_stats}
 
 
-def train_preference(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
-    """Runs (or resumes) the offline preference stage; returns its summary (summary.json)."""
-    validate_preference_config(config)
-    write_config(config, workdir)
-    start_time = time.time()
-    run = PreferenceRun(config, workdir)
-
-    train_start = time.time()
-    before, after, model_dir = fit_policy(
-        run,
-        config,
-        workdir,
-        run.held_out,
-        eval_every=config.preference.eval_every,
-        desc=config.preference.loss_type.upper(),
-        progress=progress,
-    )
-    summary: dict[str, Any] = {
-        "stage": "preference",
-        "loss_type": config.preference.loss_type,
-        "steps": int(run.learner.state.step),
-        "pairs": run.pair_stats,
-        "before": before,
-        "after": after,
-        "train_time_s": time.time() - train_start,  # updates and evaluations
-        "update_time_s": update_seconds(workdir),
-        "wall_time_s": time.time() - start_time,
-        "model": model_dir,
-    }
-    write_summary(workdir, summary)
-    line = (
-        f"[jaxrl_llm] {config.preference.loss_type}: held-out pair reward accuracy "
-        f"{100 * before['eval/reward_accuracy']:.1f}% -> {100 * after['eval/reward_accuracy']:.1f}%"
-        f" ({summary['steps']} updates)"
-    )
-    if "eval/task/accuracy" in before and "eval/task/accuracy" in after:
-        line += (
-            f", greedy accuracy {100 * before['eval/task/accuracy']:.1f}% -> "
-            f"{100 * after['eval/task/accuracy']:.1f}%"
-        )
-    print(line + f"; model written to {summary['model']}")
-    return summary
+PREFERENCE = SupervisedStage(
+    "preference", section="preference", validate=validate_preference_config, build=PreferenceRun,
+    save=save_policy, output="model", report=_report,
+    desc=lambda config: config.preference.loss_type.upper(),
+)  # fmt: skip

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import time
 from typing import Any, NamedTuple
 
 import jax
@@ -30,46 +28,35 @@ import ml_collections
 import numpy as np
 
 from jaxrl_llm.data.jsonl import json_objects
-from jaxrl_llm.data.presets import resolve_task, task_pool
+from jaxrl_llm.data.presets import task_pool
 from jaxrl_llm.losses.reward_model import step_cross_entropy
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.rewards.process import step_token_ends
 from jaxrl_llm.rewards.refinement import split_steps
 from jaxrl_llm.roles import place_batch
-from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
-from jaxrl_llm.runners import components
 from jaxrl_llm.runners.components import load_policy
-from jaxrl_llm.runners.supervised import (
+from jaxrl_llm.runners.stage_data import labelled_items, step_indices
+from jaxrl_llm.runners.stage_parts import (
     check_sampled_labels_section,
-    fit_scalar_model,
-    padded_width,
+    percent_change,
+    sampled_labels_fields,
     scalar_head_learner,
-    split_by_group,
     stage_config,
-    step_indices,
-    write_config,
-    write_summary,
 )
-
-LABELS = ("soft", "hard")
+from jaxrl_llm.runners.stage_sampling import task_sampler
+from jaxrl_llm.runners.supervised import SupervisedStage, save_scalar_head, train_stage
 
 
 def prm_section() -> ml_collections.ConfigDict:
-    """The `config.prm` fields."""
-    c = ml_collections.ConfigDict()
-    c.steps = ""  # a step-label JSONL; "" makes labels (<workdir>/steps.jsonl)
-    c.num_prompts = 64  # task prompts sampled to make labels
-    c.group_size = 4  # completions per prompt
+    """The `config.prm` fields: `sampled_labels_fields` with the step-label file `steps`, and
+    how steps are labelled."""
+    c = sampled_labels_fields(
+        ml_collections.ConfigDict(), labels="steps", num_prompts=64, group_size=4
+    )
     c.rollouts = 4  # Monte Carlo continuations per step prefix
     c.label = "soft"  # "soft": fraction of continuations right; "hard": any right
     c.marker = "\n"  # step separator
-    c.temperature = 1.0
-    c.max_new_tokens = 64
-    c.batch_size = 8  # completions per optimizer update
-    c.max_length = 256  # tokens of prompt + completion; longer ones are dropped (counted)
-    c.eval_fraction = 0.2
-    c.eval_every = 0
     return c
 
 
@@ -78,20 +65,35 @@ def prm_config() -> ml_collections.ConfigDict:
     return stage_config("process_reward_model", "prm", prm_section())
 
 
+# How a step's continuations label it (`config.prm.label`).
+LABELS = ("soft", "hard")
+
+
 def validate_prm_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of a process reward-model config."""
     p = config.prm
     positive = ("num_prompts", "group_size", "rollouts", "max_new_tokens", "batch_size")
-    check_sampled_labels_section(config, "prm", positive)
+    check_sampled_labels_section(config, "prm", positive, labels="steps")
     if not isinstance(p.max_length, int) or p.max_length < 2:
         raise ValueError(f"config.prm.max_length={p.max_length!r} must be an integer >= 2.")
     if p.label not in LABELS:
         raise ValueError(f"config.prm.label={p.label!r} must be one of {LABELS}.")
     if not p.marker:
         raise ValueError("config.prm.marker must be a non-empty step separator, e.g. '\\n'.")
-    if p.steps and not os.path.isfile(p.steps):
-        raise ValueError(f"config.prm.steps={p.steps!r} does not exist ('' makes labels).")
-    resolve_task(config.task.name, config.task.kwargs.to_dict())
+
+
+def train_process_reward_model(config, workdir: str, *, progress: bool = True):
+    """Runs (or resumes) the process reward-model stage; returns its summary (summary.json)."""
+    return train_stage(PROCESS_REWARD_MODEL, config, workdir, progress=progress)
+
+
+def _report(summary: dict[str, Any]) -> str:
+    change = percent_change(summary, "eval/step_accuracy")
+    positive = summary["labels"]["positive_step_fraction"]
+    return (
+        f"[jaxrl_llm] process reward model held-out step accuracy {change} (positive steps: "
+        f"{100 * positive:.1f}%), written to {summary['process_reward_model']}"
+    )
 
 
 class StepLabels(NamedTuple):
@@ -127,28 +129,20 @@ def read_step_labels(path: str, marker: str = "\n") -> list[StepLabels]:
 def make_step_labels(config, policy, tokenizer, path: str) -> dict[str, float]:
     """Samples completions and labels their steps by Monte Carlo completion (module docstring);
     writes `path` and returns counts."""
-    p, task = config.prm, config.task
-    source = task_pool(task, side="train", seed=config.seed)
+    p = config.prm
+    source = task_pool(config.task, side="train", seed=config.seed)
     examples = list(itertools.islice(iter(source), p.num_prompts))
-    texts, ids = prompt_ids(
-        tokenizer,
-        examples,
-        system_prompt=task.system_prompt,
-        instruction_suffix=task.instruction_suffix,
-    )
-    generator = chat_generator(
-        policy, tokenizer, max_new_tokens=p.max_new_tokens, temperature=p.temperature
-    )
-    rewards = components.build_rewards(config)
-
-    def scores(prompts, completions, exs):
-        return rewards(prompts, completions, exs).per_function["task"]
+    sampler = task_sampler(
+        config, policy, tokenizer, examples, max_new_tokens=p.max_new_tokens,
+        temperature=p.temperature,
+    )  # fmt: skip
+    texts, scores = sampler.texts, sampler.score
 
     owner = [i for i in range(len(examples)) for _ in range(p.group_size)]
     completions = []
     for start in range(0, len(owner), 64):  # at most 64 rows a decode
-        rows = [ids[i] for i in owner[start : start + 64]]
-        completions += completion_texts(tokenizer, generator(rows, seed=config.seed + start))
+        rows = [sampler.ids[i] for i in owner[start : start + 64]]
+        completions += sampler.sample(rows, config.seed + start)
     final = scores([texts[i] for i in owner], completions, [examples[i] for i in owner])
     # Every step prefix but the last one of every completion, continued `rollouts` times.
     prefixes = []  # (completion index, step index, prefix text)
@@ -162,7 +156,7 @@ def make_step_labels(config, policy, tokenizer, path: str) -> dict[str, float]:
         prefix_ids = [tokenizer.encode(texts[owner[c]] + text) for c, _, text in part]
         batch = [x for x in prefix_ids for _ in range(p.rollouts)]
         seed = config.seed + len(owner) + start  # not a seed of the first sampling
-        continued = completion_texts(tokenizer, generator(batch, seed=seed))
+        continued = sampler.sample(batch, seed)
         rows = [(c, text) for c, _, text in part for _ in range(p.rollouts)]
         right = scores(
             [texts[owner[c]] for c, _ in rows],
@@ -181,6 +175,10 @@ def make_step_labels(config, policy, tokenizer, path: str) -> dict[str, float]:
         for record in records:
             f.write(json.dumps(record) + "\n")
     steps = [len(r["labels"]) for r in records]
+    print(
+        f"[jaxrl_llm] {sum(steps)} steps of {len(records)} completions labelled "
+        f"({len(prefixes) * p.rollouts} continuations), written to {path}"
+    )
     return {
         "completions": len(records),
         "steps": int(sum(steps)),
@@ -208,52 +206,39 @@ def prm_loss(model: ScalarHeadModel, batch: StepBatch, *, remat: bool | str = Fa
 
 
 class ProcessRewardModelRun:
-    """One process reward-model run: labelled completions, the `Learner`, held-out evaluation."""
+    """One process reward-model run: labelled completions, the `Learner`, held-out evaluation
+    (a `StageRun`)."""
 
     def __init__(self, config, workdir: str):
         self.config, p = config, config.prm
         policy, self.tokenizer = load_policy(config)
-        path = p.steps or os.path.join(workdir, "steps.jsonl")
-        self.label_stats: dict[str, float] = {}
-        if not p.steps and not os.path.isfile(path):
-            self.label_stats = make_step_labels(config, policy, self.tokenizer, path)
-            print(
-                f"[jaxrl_llm] {self.label_stats['steps']} steps of "
-                f"{self.label_stats['completions']} completions labelled "
-                f"({self.label_stats['continuations']} continuations), written to {path}"
-            )
-        encoded, prompts, dropped = [], [], 0
-        for item in read_step_labels(path, p.marker):
-            ids, ends = step_token_ends(self.tokenizer, item.prompt, item.completion, p.marker)
-            if len(ids) > p.max_length:
-                dropped += 1
-                continue
-            encoded.append((ids, ends, item.labels))
-            prompts.append(item.prompt)
-        if len(set(prompts)) < 2:
-            raise ValueError(
-                f"{path}: usable completions of {len(set(prompts))} prompt(s) ({dropped} longer "
-                f"than config.prm.max_length={p.max_length}); one prompt's are held out, so at "
-                "least two are needed: sample more (config.prm.num_prompts)."
-            )
-        # held out by prompt: completions of one prompt never sit on both sides
-        held, train = split_by_group(prompts, p.eval_fraction, config.seed)
-        self.eval_items = [encoded[i] for i in held]
-        self.train_items = [encoded[i] for i in train]
-        self.width = padded_width([len(ids) for ids, _, _ in encoded], limit=p.max_length)
+        split, self.label_stats = labelled_items(
+            config, "prm", "steps", workdir,
+            make=lambda path: make_step_labels(config, policy, self.tokenizer, path),
+            read=lambda path: read_step_labels(path, p.marker), encode=self._encode,
+        )  # fmt: skip
+        encoded = split.encoded
+        self.eval_items, self.train_items = split.items(split.held), split.items(split.train)
+        self.width = split.width
         self.max_steps = max(4, 1 << (max(len(e) for _, e, _ in encoded) - 1).bit_length())
         positive = np.mean([x >= 0.5 for _, _, labels in encoded for x in labels])
         self.label_stats.update(
             train=len(self.train_items),
-            held_out=len(held),
-            dropped=dropped,
+            held_out=len(split.held),
+            dropped=split.dropped,
             positive_step_fraction=float(positive),
         )
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.model, self.learner = scalar_head_learner(policy, config, prm_loss)
-        del policy
         graphdef = self.learner.graphdef
         self._loss_fn = jax.jit(lambda params, b: prm_loss(merge_for_compute(graphdef, params), b))
+
+    def _encode(self, item: StepLabels):
+        """(prompt, (ids, each step's last token, labels), [ids])."""
+        ids, ends = step_token_ends(
+            self.tokenizer, item.prompt, item.completion, self.config.prm.marker
+        )
+        return item.prompt, (ids, ends, item.labels), [ids]
 
     def step_batch(self, items) -> StepBatch:
         n, width, most = len(items), self.width, self.max_steps
@@ -296,36 +281,13 @@ class ProcessRewardModelRun:
     def _loss(self, batch: StepBatch):
         return self._loss_fn(self.learner.params, batch)
 
+    def summary(self) -> dict[str, Any]:
+        """The label counts."""
+        return {"labels": self.label_stats}
 
-def train_process_reward_model(config, workdir: str, *, progress: bool = True):
-    """Runs (or resumes) the process reward-model stage; returns its summary (summary.json)."""
-    validate_prm_config(config)
-    write_config(config, workdir)
-    start_time = time.time()
-    run = ProcessRewardModelRun(config, workdir)
-    before, after, directory = fit_scalar_model(
-        run,
-        config,
-        workdir,
-        name="process_reward_model",
-        eval_every=config.prm.eval_every,
-        desc="PRM",
-        progress=progress,
-    )
-    summary = {
-        "stage": "process_reward_model",
-        "steps": config.train.num_steps,
-        "labels": run.label_stats,
-        "before": before,
-        "after": after,
-        "train_time_s": time.time() - start_time,
-        "process_reward_model": directory,
-    }
-    write_summary(workdir, summary)
-    print(
-        f"[jaxrl_llm] process reward model held-out step accuracy "
-        f"{100 * before['eval/step_accuracy']:.1f}% -> {100 * after['eval/step_accuracy']:.1f}% "
-        f"(positive steps: {100 * run.label_stats['positive_step_fraction']:.1f}%), "
-        f"written to {directory}"
-    )
-    return summary
+
+PROCESS_REWARD_MODEL = SupervisedStage(
+    "process_reward_model", section="prm", validate=validate_prm_config, build=ProcessRewardModelRun,
+    save=save_scalar_head, output="process_reward_model", report=_report,
+    desc=lambda config: "PRM",
+)  # fmt: skip

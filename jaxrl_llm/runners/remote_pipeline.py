@@ -12,7 +12,7 @@ its own local devices. They share nothing but two channels:
                        CPU); the learner's copy never passes through its host.
 
 `RemotePipeline` offers each side the methods of `jaxrl_llm.runners.pipeline.Pipeline` that side
-uses, so `AsyncRun` drives it unchanged. Key layout under the namespace:
+uses, so `AsyncSchedule` drives it unchanged. Key layout under the namespace:
 
   start             JSON {"step", "data"}: where the learner resumes (the generator follows)
   weights/<v>       version v is published (deleted when the learner drops it)

@@ -14,7 +14,7 @@ from jaxrl_llm.checkpoint import Checkpointer, abstract_like
 from jaxrl_llm.config import config_for, validate_config
 from jaxrl_llm.runners.components import RunParts, build_parts, build_roles
 from jaxrl_llm.runners.online_async import pending_weights_target
-from jaxrl_llm.runners.online_sync import state_tree
+from jaxrl_llm.runners.online_run import state_tree
 
 __all__ = ["RestoredPolicy", "load_run_config", "restore_policy"]
 

@@ -21,7 +21,6 @@ the RL stage takes as `--config.rewards.model=<workdir>/reward_model`.
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from typing import Any, NamedTuple
 
@@ -31,24 +30,22 @@ import ml_collections
 import numpy as np
 
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
-from jaxrl_llm.data.presets import resolve_task, task_pool
+from jaxrl_llm.data.presets import task_pool
 from jaxrl_llm.losses.reward_model import bradley_terry
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy
-from jaxrl_llm.runners.supervised import (
+from jaxrl_llm.runners.stage_data import labelled_items, step_indices
+from jaxrl_llm.runners.stage_parts import (
     check_sampled_labels_section,
-    fit_scalar_model,
-    padded_width,
-    sample_groups,
+    percent_change,
+    sampled_labels_fields,
     scalar_head_learner,
-    split_by_group,
     stage_config,
-    step_indices,
-    write_config,
-    write_summary,
 )
+from jaxrl_llm.runners.stage_sampling import sample_groups
+from jaxrl_llm.runners.supervised import SupervisedStage, save_scalar_head, train_stage
 
 # The positive integers of a section that makes pairs and trains on them (`rm`, `preference`).
 PAIR_SECTION_FIELDS = (
@@ -61,20 +58,18 @@ PAIR_SECTION_FIELDS = (
 )
 
 
+def pair_fields(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """`c` with the fields of a stage that makes comparison pairs from the policy's samples
+    and trains on them (`rm`, `preference`): `sampled_labels_fields` with the pair file
+    `pairs` and `pairs_per_prompt`."""
+    c = sampled_labels_fields(c, labels="pairs", num_prompts=256, group_size=8)
+    c.pairs_per_prompt = 4  # distinct (correct, incorrect) pairs kept per prompt (InstructGPT: all)
+    return c
+
+
 def rm_section() -> ml_collections.ConfigDict:
     """The `config.rm` fields."""
-    c = ml_collections.ConfigDict()
-    c.pairs = ""  # a pair JSONL; "" makes pairs from the policy's samples (<workdir>/pairs.jsonl)
-    c.num_prompts = 256  # task prompts sampled to make pairs
-    c.group_size = 8  # completions per prompt
-    c.pairs_per_prompt = 4  # distinct (correct, incorrect) pairs kept per prompt (InstructGPT: all)
-    c.temperature = 1.0
-    c.max_new_tokens = 64
-    c.batch_size = 8  # pairs per optimizer update
-    c.max_length = 256  # tokens of prompt + completion; longer pairs are dropped (counted)
-    c.eval_fraction = 0.2  # pairs held out for pairwise accuracy
-    c.eval_every = 0  # steps between held-out evaluations (0: before and after only)
-    return c
+    return pair_fields(ml_collections.ConfigDict())
 
 
 def rm_config() -> ml_collections.ConfigDict:
@@ -84,16 +79,25 @@ def rm_config() -> ml_collections.ConfigDict:
 
 def validate_rm_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first bad field of a reward-model config, and the fix."""
-    r = config.rm
-    check_sampled_labels_section(config, "rm", PAIR_SECTION_FIELDS)
-    if r.pairs and not os.path.isfile(r.pairs):
-        raise ValueError(f"config.rm.pairs={r.pairs!r} does not exist ('' makes pairs).")
-    resolve_task(config.task.name, config.task.kwargs.to_dict())
+    check_sampled_labels_section(config, "rm", PAIR_SECTION_FIELDS, labels="pairs")
+
+
+def train_reward_model(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
+    """Runs (or resumes) the reward-model stage; returns its summary (also summary.json)."""
+    return train_stage(REWARD_MODEL, config, workdir, progress=progress)
+
+
+def _report(summary: dict[str, Any]) -> str:
+    change = percent_change(summary, "eval/pair_accuracy")
+    return (
+        f"[jaxrl_llm] reward model held-out pair accuracy {change} (chance 50%), written to "
+        f"{summary['reward_model']}"
+    )
 
 
 def make_pairs(config, policy, tokenizer, path: str, *, section: str = "rm") -> dict[str, float]:
     """Samples, scores and pairs completions of the task's training prompts (see the module
-    docstring); writes them to `path` and returns counts. `config.<section>` has the sampling
+    docstring); writes them to `path`, says so, and returns counts. `config.<section>` has the sampling
     fields (num_prompts, group_size, pairs_per_prompt, temperature, max_new_tokens): the
     reward-model stage's `rm`, the offline preference stage's `preference`."""
     r, task = config[section], config.task
@@ -120,6 +124,7 @@ def make_pairs(config, policy, tokenizer, path: str, *, section: str = "rm") -> 
         for a, b in spread_pairs(len(right), len(wrong), r.pairs_per_prompt):
             pairs.append(Pair(texts[i], right[a], wrong[b], meta=dict(meta)))
     write_pairs_jsonl(path, pairs)
+    print(f"[jaxrl_llm] {len(pairs)} pairs from {len(examples)} prompts written to {path}")
     return {
         "prompts": len(examples),
         "pairs": len(pairs),
@@ -176,61 +181,37 @@ def rm_loss(model: ScalarHeadModel, batch: PairBatch, *, remat: bool | str = Fal
 
 
 class RewardModelRun:
-    """One reward-model run: the pairs (encoded), the `Learner` and the held-out evaluation."""
+    """One reward-model run: the pairs (encoded), the `Learner` and the held-out evaluation
+    (a `StageRun`)."""
 
     def __init__(self, config, workdir: str):
-        self.config, r = config, config.rm
+        self.config = config
         policy, self.tokenizer = load_policy(config)
-        path = r.pairs or os.path.join(workdir, "pairs.jsonl")
-        self.pair_stats: dict[str, float] = {}
-        if not r.pairs and not os.path.isfile(path):
-            self.pair_stats = make_pairs(config, policy, self.tokenizer, path)
-            print(
-                f"[jaxrl_llm] {self.pair_stats['pairs']} pairs from "
-                f"{self.pair_stats['prompts']} prompts written to {path}"
-            )
-        pairs = read_pairs_jsonl(path)
-        encoded, prompts, dropped = self._encode(pairs)
-        if len(set(prompts)) < 2:
-            raise ValueError(
-                f"{path}: usable pairs of {len(set(prompts))} prompt(s) ({dropped} pairs longer "
-                f"than config.rm.max_length={r.max_length}); a reward model needs pairs of at "
-                "least two prompts (one is held out). Sample more prompts (config.rm.num_prompts) "
-                "or give a pair file (config.rm.pairs)."
-            )
-        # held out by prompt: pairs of one prompt never sit on both sides
-        held, train = split_by_group(prompts, r.eval_fraction, config.seed)
-        self.eval_pairs = [encoded[i] for i in held]
-        self.train_pairs = [encoded[i] for i in train]
-        self.width = padded_width(
-            [len(ids) for pair in encoded for ids in pair[:2]], limit=r.max_length
-        )
+        split, self.pair_stats = labelled_items(
+            config, "rm", "pairs", workdir,
+            make=lambda path: make_pairs(config, policy, self.tokenizer, path),
+            read=read_pairs_jsonl, encode=self._encode,
+        )  # fmt: skip
+        self.eval_pairs, self.train_pairs = split.items(split.held), split.items(split.train)
+        self.width = split.width
         self.pair_stats.update(
-            train_pairs=len(train),
-            eval_pairs=len(held),
-            eval_prompts=len(set(prompts[i] for i in held)),
-            dropped=dropped,
+            train_pairs=len(split.train),
+            eval_pairs=len(split.held),
+            eval_prompts=len(set(split.prompts[i] for i in split.held)),
+            dropped=split.dropped,
         )
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.model, self.learner = scalar_head_learner(policy, config, rm_loss)
-        del policy
         graphdef = self.learner.graphdef
         self._score_fn = jax.jit(
             lambda p, t, n: merge_for_compute(graphdef, p).sequence_scores(t, n)
         )
 
-    def _encode(self, pairs: list[Pair]):
-        """(encoded (chosen ids, rejected ids, margin), their prompts, pairs dropped as long)."""
-        encoded, prompts, dropped = [], [], 0
-        for pair in pairs:
-            chosen = self.tokenizer.encode(pair.prompt + pair.chosen)
-            rejected = self.tokenizer.encode(pair.prompt + pair.rejected)
-            if max(len(chosen), len(rejected)) > self.config.rm.max_length:
-                dropped += 1
-                continue
-            encoded.append((chosen, rejected, pair.margin))
-            prompts.append(pair.prompt)
-        return encoded, prompts, dropped
+    def _encode(self, pair: Pair):
+        """(prompt, (chosen ids, rejected ids, margin), both id lists)."""
+        chosen = self.tokenizer.encode(pair.prompt + pair.chosen)
+        rejected = self.tokenizer.encode(pair.prompt + pair.rejected)
+        return pair.prompt, (chosen, rejected, pair.margin), (chosen, rejected)
 
     def batch(self, step: int):
         """Step `step`'s pairs (epochs of a seeded permutation), placed."""
@@ -264,35 +245,13 @@ class RewardModelRun:
             self._score_fn(self.learner.params, jnp.asarray(batch.tokens), batch.lengths)
         )
 
+    def summary(self) -> dict[str, Any]:
+        """The pair counts and the chance pair accuracy."""
+        return {"pairs": self.pair_stats, "chance_pair_accuracy": 0.5}
 
-def train_reward_model(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
-    """Runs (or resumes) the reward-model stage; returns its summary (also summary.json)."""
-    validate_rm_config(config)
-    write_config(config, workdir)
-    start_time = time.time()
-    run = RewardModelRun(config, workdir)
-    before, after, directory = fit_scalar_model(
-        run,
-        config,
-        workdir,
-        name="reward_model",
-        eval_every=config.rm.eval_every,
-        desc="RM",
-        progress=progress,
-    )
-    summary = {
-        "stage": "reward_model",
-        "steps": config.train.num_steps,
-        "pairs": run.pair_stats,
-        "before": before,
-        "after": after,
-        "chance_pair_accuracy": 0.5,
-        "train_time_s": time.time() - start_time,
-        "reward_model": directory,
-    }
-    write_summary(workdir, summary)
-    print(
-        f"[jaxrl_llm] reward model held-out pair accuracy {100 * before['eval/pair_accuracy']:.1f}%"
-        f" -> {100 * after['eval/pair_accuracy']:.1f}% (chance 50%), written to {directory}"
-    )
-    return summary
+
+REWARD_MODEL = SupervisedStage(
+    "reward_model", section="rm", validate=validate_rm_config, build=RewardModelRun,
+    save=save_scalar_head, output="reward_model", report=_report,
+    desc=lambda config: "RM",
+)  # fmt: skip

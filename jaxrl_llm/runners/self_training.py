@@ -36,27 +36,22 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-from flax import nnx
 
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like
 from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.data.sft import SftRecord, read_sft_jsonl
 from jaxrl_llm.metrics import MetricsWriter
-from jaxrl_llm.models.hf import save_hf
-from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy, with_lora
-from jaxrl_llm.runners.supervised import (
+from jaxrl_llm.runners.stage_data import RecordBatches
+from jaxrl_llm.runners.stage_parts import (
     check_positive_ints,
-    fit,
     greedy_evaluation,
-    sample_groups,
     stage_config,
     stage_learner,
-    step_indices,
-    write_config,
-    write_summary,
 )
-from jaxrl_llm.training.sft import make_sft_batch, sft_loss, tokenize_records
+from jaxrl_llm.runners.stage_sampling import sample_groups
+from jaxrl_llm.runners.supervised import fit, save_policy, write_config, write_summary
+from jaxrl_llm.training.sft import sft_loss
 
 METHODS = ("rest_em", "raft")
 
@@ -83,9 +78,7 @@ def self_training_section() -> ml_collections.ConfigDict:
 
 def self_training_config(method: str = "rest_em") -> ml_collections.ConfigDict:
     """The default ReST-EM (or RAFT) configuration (SmolLM2-135M-Instruct, chain_sum)."""
-    c = stage_config("self_training", "self_training", self_training_section())
-    c.self_training.method = method
-    return c
+    return stage_config("self_training", "self_training", self_training_section(), method=method)
 
 
 def validate_self_training_config(config: ml_collections.ConfigDict) -> None:
@@ -150,9 +143,7 @@ class SelfTrainingRun:
             self.base_params = jax.tree.map(jax.numpy.copy, self.learner.params)
         self.pool = task_pool(task, side="train", seed=config.seed)
         self._task_metrics = greedy_evaluation(config, self.model, self.tokenizer)
-        self.pad_id = self.tokenizer.pad_token_id or 0
-        self.records: list[SftRecord] = []
-        self._sequences: dict[int, Any] = {}
+        self.use_records([])
 
     def accuracy(self) -> dict[str, float]:
         """Held-out greedy metrics of the current policy (`config.eval`)."""
@@ -192,34 +183,10 @@ class SelfTrainingRun:
         return records, stats
 
     def use_records(self, records: list[SftRecord]) -> None:
-        """The records the next M-step trains on."""
-        self.records, self._sequences = records, {}
-
-    def batch(self, step: int):
-        """M-step update `step`'s records (epochs of a seeded permutation), placed."""
-        s = self.config.self_training
-        indices = step_indices(self.config.seed, step, s.batch_size, len(self.records))
-        chosen = [self._sequence(int(i)) for i in indices]
-        batch = make_sft_batch(
-            chosen,
-            pad_id=self.pad_id,
-            width=s.max_length,
-            pack=s.pack,
-            row_multiple=s.pack_row_multiple,
+        """The records the next M-step trains on (`batch(step)` draws from them)."""
+        self.batch = RecordBatches(
+            records, self.tokenizer, self.learner, self.config, self.config.self_training
         )
-        return place_batch(batch, self.learner.mesh, self.learner.rules)
-
-    def _sequence(self, index: int):
-        if index not in self._sequences:
-            task, s = self.config.task, self.config.self_training
-            (self._sequences[index],) = tokenize_records(
-                self.tokenizer,
-                [self.records[index]],
-                max_length=s.max_length,
-                system_prompt=task.system_prompt,
-                instruction_suffix=task.instruction_suffix,
-            )
-        return self._sequences[index]
 
     def restore_iteration(self, directory: str) -> None:
         """The policy at the end of a finished iteration (its last M-step checkpoint)."""
@@ -290,8 +257,7 @@ def train_self_training(config: ml_collections.ConfigDict, workdir: str, *, prog
             run.restore_iteration(finished_dir)
     finally:
         writer.close()
-    nnx.update(run.model, run.learner.params)
-    save_hf(run.model, run.tokenizer, os.path.join(workdir, "model"))
+    save_policy(run, os.path.join(workdir, "model"))
     after = {"accuracy": iterations[-1]["accuracy"]} if iterations else before
     summary = {
         "stage": "self_training",

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import functools
 import os
-import time
-from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 
-from jaxrl_llm.config import base_config
 from jaxrl_llm.data.jsonl import check_no_duplicates
 from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.data.sft import (
@@ -40,17 +37,18 @@ from jaxrl_llm.data.split import partition
 from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.models.precision import merge_for_compute
-from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy, with_lora
-from jaxrl_llm.runners.supervised import (
+from jaxrl_llm.runners.stage_data import RecordBatches, record_options
+from jaxrl_llm.runners.stage_parts import (
+    check_fit_fields,
     check_positive_ints,
-    fit_policy,
     greedy_evaluation,
+    policy_evaluation,
+    stage_config,
     stage_learner,
-    step_indices,
-    write_config,
-    write_summary,
+    task_accuracy_change,
 )
+from jaxrl_llm.runners.supervised import SupervisedStage, save_policy, train_stage
 from jaxrl_llm.training.sft import make_sft_batch, sft_loss, token_accuracy, tokenize_records
 
 
@@ -72,13 +70,7 @@ def sft_section() -> ml_collections.ConfigDict:
 
 def sft_config() -> ml_collections.ConfigDict:
     """The default SFT configuration (SmolLM2-135M-Instruct on chain_sum's gold answers)."""
-    c = base_config()
-    c.stage = "sft"
-    c.sft = sft_section()
-    c.train.num_steps = 100
-    c.optimizer.learning_rate = 1e-5
-    c.lock()
-    return c
+    return stage_config("sft", "sft", sft_section())
 
 
 def validate_sft_config(config: ml_collections.ConfigDict) -> None:
@@ -87,10 +79,7 @@ def validate_sft_config(config: ml_collections.ConfigDict) -> None:
     check_positive_ints(
         config, "sft", ("batch_size", "max_length", "eval_records", "pack_row_multiple")
     )
-    if not isinstance(s.eval_every, int) or s.eval_every < 0:
-        raise ValueError(f"config.sft.eval_every={s.eval_every!r} must be an integer >= 0.")
-    if not isinstance(config.train.num_steps, int) or config.train.num_steps < 1:
-        raise ValueError(f"config.train.num_steps={config.train.num_steps!r} must be >= 1.")
+    check_fit_fields(config, "sft")
     data = s.data
     if data == "task":
         resolve_task(config.task.name, config.task.kwargs.to_dict())
@@ -106,6 +95,17 @@ def validate_sft_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.sft.response_template={s.response_template!r} must contain '{{answer}}'."
         )
+
+
+def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
+    """Runs (or resumes) the SFT stage; returns its summary (also `<workdir>/summary.json`)."""
+    return train_stage(SFT, config, workdir, progress=progress)
+
+
+def _report(summary: dict) -> str:
+    before, after = summary["before"]["eval/loss"], summary["after"]["eval/loss"]
+    line = f"[jaxrl_llm] SFT held-out loss {before:.3f} -> {after:.3f}"
+    return line + f"{task_accuracy_change(summary)}; model written to {summary['model']}"
 
 
 def sft_data(config) -> tuple[list[SftRecord], list[SftRecord], list]:
@@ -144,32 +144,27 @@ def sft_data(config) -> tuple[list[SftRecord], list[SftRecord], list]:
 
 
 class SftRun:
-    """One SFT run's state: the policy `Learner`, its data and its evaluation."""
+    """One SFT run's state: the policy `Learner`, its data and its evaluation (a `StageRun`)."""
 
     def __init__(self, config, workdir: str):
-        self.config, self.workdir = config, workdir
-        s = config.sft
+        del workdir  # the records come from the config
+        self.config = config
         self.model, self.tokenizer = load_policy(config)
         self.model = with_lora(self.model, config)  # LoRA when config.model.lora.rank > 0
-        train, held_out, self.eval_examples = sft_data(config)
-        options = dict(
-            max_length=s.max_length,
-            system_prompt=config.task.system_prompt,
-            instruction_suffix=config.task.instruction_suffix,
-        )
-        self._options = options
-        self.train_records = train
-        self._tokenized: dict[int, Any] = {}  # train record index -> SftSequence, on first use
-        self.eval_sequences = tokenize_records(self.tokenizer, held_out, **options)
-        self.pad_id = self.tokenizer.pad_token_id or 0
+        train, held_out, eval_examples = sft_data(config)
         loss = functools.partial(sft_loss, remat=config.train.remat)
         self.learner = stage_learner(self.model, config, loss, num_steps=config.train.num_steps)
-        self._task_metrics = None
-        if self.eval_examples:  # held-out greedy accuracy needs records with answers
-            name = config.task.name if s.data == "task" else "held_out"
-            self._task_metrics = greedy_evaluation(
-                config, self.model, self.tokenizer, EvalSet(name, self.eval_examples)
+        self.batch = RecordBatches(train, self.tokenizer, self.learner, config, config.sft)
+        options = record_options(config, config.sft)
+        self.eval_sequences = tokenize_records(self.tokenizer, held_out, **options)
+        task_metrics = None
+        if eval_examples:  # held-out greedy accuracy needs records with answers
+            name = config.task.name if config.sft.data == "task" else "held_out"
+            greedy = greedy_evaluation(
+                config, self.model, self.tokenizer, EvalSet(name, eval_examples)
             )
+            task_metrics = lambda: greedy(self.learner.params)
+        self.evaluate = policy_evaluation(config, self.held_out_loss, task_metrics)
         self._eval_fn = jax.jit(
             lambda params, batch: (
                 sft_loss(merge_for_compute(self.learner.graphdef, params), batch)[0],
@@ -177,34 +172,15 @@ class SftRun:
             )
         )
 
-    def batch(self, step: int):
-        """Step `step`'s records (epochs of a seeded permutation), as a placed `SftBatch`."""
-        size = self.config.sft.batch_size
-        indices = step_indices(self.config.seed, step, size, len(self.train_records))
-        chosen = [self._sequence(int(i)) for i in indices]
-        batch = make_sft_batch(
-            chosen,
-            pad_id=self.pad_id,
-            width=self.config.sft.max_length,
-            pack=self.config.sft.pack,
-            row_multiple=self.config.sft.pack_row_multiple,
-        )
-        return place_batch(batch, self.learner.mesh, self.learner.rules)
-
-    def _sequence(self, index: int):
-        if index not in self._tokenized:
-            record = self.train_records[index]
-            (self._tokenized[index],) = tokenize_records(self.tokenizer, [record], **self._options)
-        return self._tokenized[index]
-
     def held_out_loss(self) -> dict[str, float]:
         """Mean held-out loss and token accuracy over the held-out records (batches of
         `sft.batch_size`, one sequence per row)."""
         size, losses, accuracies = self.config.sft.batch_size, [], []
+        pad_id = self.batch.pad_id
         for start in range(0, len(self.eval_sequences), size):
             chunk = self.eval_sequences[start : start + size]
             chunk = chunk + chunk[: size - len(chunk)] if len(chunk) < size else chunk
-            batch = make_sft_batch(chunk, pad_id=self.pad_id, width=self.config.sft.max_length)
+            batch = make_sft_batch(chunk, pad_id=pad_id, width=self.config.sft.max_length)
             loss, accuracy = self._eval_fn(self.learner.params, batch)
             losses.append(float(loss))
             accuracies.append(float(accuracy))
@@ -213,48 +189,13 @@ class SftRun:
             "eval/token_accuracy": float(np.mean(accuracies)),
         }
 
-    def task_accuracy(self) -> dict[str, float] | None:
-        """Held-out greedy task metrics (`config.eval`), when the records carry answers."""
-        if self._task_metrics is None:
-            return None
-        return self._task_metrics(self.learner.params)
+    def summary(self) -> dict:
+        """No fields of its own: the summary's evaluations say it all."""
+        return {}
 
 
-def train_sft(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
-    """Runs (or resumes) the SFT stage; returns its summary (also `<workdir>/summary.json`)."""
-    validate_sft_config(config)
-    write_config(config, workdir)
-    run = SftRun(config, workdir)
-
-    start_time = time.time()
-    before, after, model_dir = fit_policy(
-        run,
-        config,
-        workdir,
-        run.held_out_loss,
-        eval_every=config.sft.eval_every,
-        desc="SFT",
-        progress=progress,
-    )
-    summary = {
-        "stage": "sft",
-        "steps": config.train.num_steps,
-        "before": before,
-        "after": after,
-        "train_time_s": time.time() - start_time,
-        "model": model_dir,
-    }
-    write_summary(workdir, summary)
-    _print_summary(summary)
-    return summary
-
-
-def _print_summary(summary: dict[str, Any]) -> None:
-    before, after = summary["before"], summary["after"]
-    line = f"[jaxrl_llm] SFT held-out loss {before['eval/loss']:.3f} -> {after['eval/loss']:.3f}"
-    if "eval/task/accuracy" in before and "eval/task/accuracy" in after:
-        line += (
-            f", greedy accuracy {100 * before['eval/task/accuracy']:.1f}% -> "
-            f"{100 * after['eval/task/accuracy']:.1f}%"
-        )
-    print(line + f"; model written to {summary['model']}")
+SFT = SupervisedStage(
+    "sft", section="sft", validate=validate_sft_config, build=SftRun,
+    save=save_policy, output="model", report=_report,
+    desc=lambda config: "SFT",
+)  # fmt: skip

@@ -4,15 +4,31 @@
 
 InstructGPT's three-stage pipeline (2203.02155): supervised fine-tuning, a reward model from
 comparisons, RL against it. Each stage is a `(validate, run)` pair, imported on first use.
+A config file is read and validated for its stage by `load_config`; `run_stage` runs a config
+that validation passed, so the command line checks it once.
+
+    config = load_config("experiments/configs/grpo_tiny.py", {"train.num_steps": 2})
+    summary = run_stage(config, "runs/tiny")
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+from collections.abc import Mapping
+from typing import Any
 
-# stage -> (module, validate function, run function); RL is `online_sync.train`.
+import ml_collections
+
+from jaxrl_llm.config import apply_overrides, validate_config, validate_precision
+
+__all__ = ["STAGES", "load_config", "run_stage", "stage_of", "validate_stage"]
+
+# stage -> (module, validate function, run function); RL validates with
+# `jaxrl_llm.config.validate_config` and runs with `online.run_online` (`train` less the check).
 STAGES = {
-    "rl": ("jaxrl_llm.runners.online_sync", None, "train"),
+    "rl": ("jaxrl_llm.runners.online", None, "run_online"),
     "sft": ("jaxrl_llm.runners.sft", "validate_sft_config", "train_sft"),
     "reward_model": ("jaxrl_llm.runners.reward_model", "validate_rm_config", "train_reward_model"),
     "process_reward_model": (
@@ -44,8 +60,6 @@ def stage_of(config) -> str:
 
 def validate_stage(config) -> None:
     """Validates a config of any stage (`jaxrl_llm.config.validate_config` for RL)."""
-    from jaxrl_llm.config import validate_config, validate_precision
-
     module, validate, _ = STAGES[stage_of(config)]
     if validate is None:
         return validate_config(config)
@@ -54,7 +68,21 @@ def validate_stage(config) -> None:
     return getattr(importlib.import_module(module), validate)(config)
 
 
+def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+    """Loads `get_config()` from a config file, applies dotted overrides (unknown keys name the
+    closest ones, `jaxrl_llm.config.apply_overrides`) and validates it for its stage."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Config file not found: {path!r}.")
+    spec = importlib.util.spec_from_file_location(f"_config_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    apply_overrides(config, overrides or {})
+    validate_stage(config)
+    return config
+
+
 def run_stage(config, workdir: str, *, progress: bool = True):
-    """Runs the stage a config names; returns its summary."""
+    """Runs the stage of a validated config (`load_config`, `validate_stage`); its summary."""
     module, _, run = STAGES[stage_of(config)]
     return getattr(importlib.import_module(module), run)(config, workdir, progress=progress)

@@ -23,7 +23,7 @@ import numpy as np
 def async_section() -> ml_collections.ConfigDict:
     """The `config.async_rl` fields."""
     c = ml_collections.ConfigDict()
-    # Run the asynchronous runner (jaxrl_llm.runners.online_async) instead of the synchronous one.
+    # Use the asynchronous schedule (jaxrl_llm.runners.online_async) instead of the synchronous one.
     c.enabled = False
     # k: a batch is trained at most k learner versions after the weights that generated it
     # (0 = synchronous, the synchronous runner's numbers).

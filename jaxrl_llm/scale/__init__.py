@@ -8,7 +8,10 @@ phase from the compiler's figures, and a placement search (`python -m jaxrl_llm.
   analysis   `analyze(program)`: compile, memory, collectives, cached on disk
   hlo        the collectives of an optimized HLO module, with loop trip counts
   costs      FLOPs and HBM bytes per phase, and the roofline
-  planner    candidate placements, fit checks, ranking through the pipeline model
+  placements candidate placements, row chunks, the plans a search gives back
+  weight_sync the train -> decode weight sync as the programs a run executes
+  sync_phases its memory per chip group and its time, from the compiled reports
+  planner    fit checks per chip group, chunk choice, ranking through the pipeline model
   report     Markdown tables
 
 See docs/scale.md.
@@ -26,24 +29,27 @@ from jaxrl_llm.scale.costs import (
     train_step_cost,
 )
 from jaxrl_llm.scale.hlo import Collective, collectives
-from jaxrl_llm.scale.planner import (
+from jaxrl_llm.scale.placements import (
     Candidate,
+    PhaseResult,
     Plan,
-    Searcher,
     candidates,
     decode_batches,
     divisibility_notes,
+    forward_batches,
 )
+from jaxrl_llm.scale.planner import Searcher
 from jaxrl_llm.scale.programs import (
     Program,
     actor_train_program,
-    critic_programs,
+    critic_train_program,
+    critic_values_program,
     reference_program,
-    reshard_programs,
     reward_model_program,
     rollout_program,
 )
 from jaxrl_llm.scale.report import collectives_table, phases_table, plans_table
+from jaxrl_llm.scale.sync_phases import sync_phases
 from jaxrl_llm.scale.topology import (
     TOPOLOGIES,
     Topology,
@@ -51,6 +57,7 @@ from jaxrl_llm.scale.topology import (
     libtpu_status,
     parse_topology_name,
 )
+from jaxrl_llm.scale.weight_sync import SyncPrograms, reshard_programs
 from jaxrl_llm.scale.workload import Workload, model_config_of, workload_of
 
 __all__ = [
@@ -61,11 +68,13 @@ __all__ = [
     "Collective",
     "CompileCache",
     "PhaseCost",
+    "PhaseResult",
     "Plan",
     "Program",
     "ProgramReport",
     "Roofline",
     "Searcher",
+    "SyncPrograms",
     "Topology",
     "Workload",
     "actor_train_program",
@@ -75,10 +84,12 @@ __all__ = [
     "collectives",
     "collectives_table",
     "cpu_chip",
-    "critic_programs",
+    "critic_train_program",
+    "critic_values_program",
     "decode_batches",
     "decode_cost",
     "divisibility_notes",
+    "forward_batches",
     "forward_cost",
     "get_topology",
     "libtpu_status",
@@ -92,6 +103,7 @@ __all__ = [
     "roofline",
     "rollout_program",
     "split_of",
+    "sync_phases",
     "train_step_cost",
     "workload_of",
 ]

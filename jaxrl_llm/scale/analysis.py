@@ -70,7 +70,8 @@ class ProgramReport:
       argument_bytes, output_bytes, alias_bytes, temp_bytes, code_bytes: `memory_analysis()`.
       compiler_flops, compiler_bytes: `cost_analysis()` (loop bodies counted once).
       collectives: every collective of the optimized HLO.
-      transfer_bytes: bytes a split reshard copies to each destination device.
+      transfer_bytes: for the weight sync's phases, the bytes `jax.device_put` copies to each
+        chip of the decode mesh (`jaxrl_llm.scale.sync_phases`).
       compile_seconds: how long the compile took here (0 when read from the cache).
       out_of_memory: the compiler's message when it refused the program for the chip's memory
         (XLA:TPU checks a program's temporaries against HBM while compiling), else "".
@@ -154,7 +155,7 @@ class ProgramReport:
 # cache; a change elsewhere (environments, runners' loops, docs) does not.
 _PROGRAM_SOURCES = (
     "models", "training", "rollout", "sharding", "roles", "algorithms", "losses", "constraints",
-    "advantages.py", "config.py", "scale/programs.py",
+    "advantages.py", "config.py", "scale/programs.py", "scale/weight_sync.py",
     "scale/hlo.py",  # reports store the parsed collectives: a parser change re-reads them
 )  # fmt: skip
 
@@ -285,7 +286,6 @@ def analyze(program: Program, cache: CompileCache | None = None) -> ProgramRepor
             )
             for op in ops
         ),  # fmt: skip
-        transfer_bytes=program.transfer_bytes,
         compile_seconds=seconds,
     )
     if cache is not None:
@@ -317,7 +317,6 @@ def _out_of_memory(program: Program, message: str, seconds: float) -> ProgramRep
         compiler_flops=0.0,
         compiler_bytes=0.0,
         collectives=(),
-        transfer_bytes=program.transfer_bytes,
         compile_seconds=seconds,
         out_of_memory=line[:400],
         required_bytes=sizes[0] if sizes else 0.0,

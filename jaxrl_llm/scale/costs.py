@@ -25,12 +25,14 @@ device, as the rule sets place it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from jaxrl_llm.models.config import LOCAL_ATTENTION, ModelConfig
 from jaxrl_llm.scale.chips import Chip
+from kernels.decode_attention import DEFAULT_BLOCKS
 from kernels.logprobs import default_config
 
 # Matmuls of the unembedding per train step, by log-prob implementation (kernels/logprobs):
@@ -289,7 +291,7 @@ def train_step_cost(
 
 
 class DecodeCost(NamedTuple):
-    """A rollout's work per device: the prefill, then `steps` decode steps.
+    """A rollout's work per device: the prefill, then `decode.steps` decode steps.
 
     Attributes:
       prefill: the prompt forward (shared prompts prefilled once).
@@ -302,6 +304,40 @@ class DecodeCost(NamedTuple):
     step_floor: PhaseCost
 
 
+def decode_step_batches(
+    response_lengths: Sequence[int], stages: Sequence[int] | None = None
+) -> np.ndarray:
+    """The decode batch of every decode step, as the compacting engine runs them.
+
+    Token 0 of every row comes from the prefill; decode step j = 1, 2, ... samples token j of
+    each row in the batch, until the longest completion's last token: max(lengths) - 1 steps.
+    A row that samples L tokens is live before step L. The batch is stage i's size
+    (`rollout.decode_state.compaction_stages`) while more rows are live than stage i + 1
+    holds (`decode_until`), then the live rows move into stage i + 1 (`compact`); finished
+    rows still in the batch are computed (masked). Without `stages`: every row, every step.
+
+    Args:
+      response_lengths: tokens each completion samples, 1..max_new_tokens (int [B]).
+      stages: the compaction stages' batch sizes, decreasing from B; None: (B,).
+
+    Returns:
+      int [max(lengths) - 1], the rows computed at each step.
+
+    Example:
+      >>> decode_step_batches([2, 2, 5, 5], stages=(4, 2))  # 2 rows finish at step 2
+      array([4, 2, 2, 2])
+    """
+    lengths = np.asarray(response_lengths, np.int64)
+    stages = tuple(stages or (len(lengths),))
+    stage, batches = 0, []
+    for step in range(1, int(lengths.max())):
+        live = int(np.sum(lengths > step))
+        while stage + 1 < len(stages) and live <= stages[stage + 1]:
+            stage += 1
+        batches.append(stages[stage])
+    return np.asarray(batches, np.int64)
+
+
 def decode_cost(
     config: ModelConfig,
     rows: int,
@@ -312,39 +348,57 @@ def decode_cost(
     *,
     attention_kernel: bool = False,
     cache_dtype_bytes: int | None = None,
+    response_lengths: Sequence[int] | None = None,
+    stages: Sequence[int] | None = None,
+    kernel_block: int = DEFAULT_BLOCKS.block_slots,
 ) -> DecodeCost:
-    """A rollout of `rows` completions of `response_len` tokens after `prompt_len`-token prompts
-    (`unique_prompts` of them distinct, the rest copies sharing one prefill), per device.
+    """A rollout of `rows` completions of up to `response_len` tokens after `prompt_len`-token
+    prompts (`unique_prompts` of them distinct, the rest copies sharing one prefill), per device.
 
-    Every decode step reads the local weights and each local row's KV cache: the XLA attention
-    reads all prompt + response slots (masked), a ragged / paged kernel only the filled ones.
-    Every completion is assumed to run to `response_len` (no early finish, no compaction).
+    The prefill runs the XLA attention over its P-slot cache (the model runs attention kernels
+    only in cache-free forwards). Decode step j (`decode_step_batches`) reads the local
+    weights once and, for each row in its batch, that row's KV cache: on the XLA path every
+    one of the S = P + N - 1 slots (masked); with the decode `attention_kernel` only the
+    filled P + j slots, rounded up to the kernel's `kernel_block` (`kernels.decode_attention`;
+    the engine pads the cache to whole blocks); its score FLOPs follow the same keys, and a
+    local layer's at most its window.
+
+    Args:
+      config, rows, unique_prompts, prompt_len, response_len, split: the rollout's shapes.
+      attention_kernel: the decode steps run the filled-slot kernel.
+      cache_dtype_bytes: bytes per cache element (default: the model dtype's).
+      response_lengths: tokens each completion samples (int [rows]); None: every row runs to
+        `response_len` (then compaction saves nothing).
+      stages: the compaction stages' batch sizes (None: no compaction).
+      kernel_block: cache slots per kernel block.
     """
     attn_p, mlp_p = layer_params(config)
     b = _dtype_bytes(config)
     cb = cache_dtype_bytes or b
     n, k, h = config.num_heads, config.num_kv_heads, config.head_dim
-    prefill = forward_cost(config, unique_prompts, prompt_len, split,
-                           attention_kernel=attention_kernel)  # fmt: skip
-    rows_local = rows / split.rows
-    slots = prompt_len + response_len
+    prefill = forward_cost(config, unique_prompts, prompt_len, split)
+    slots = prompt_len + response_len - 1
     weights = config.num_layers * (attn_p / split.heads + mlp_p / split.mlp) * b
     unembed = config.hidden_size * config.vocab_size / split.vocab
     per_token_cache = 2 * config.num_layers * k * h * cb / split.heads
+    lengths = np.full(rows, response_len) if response_lengths is None else response_lengths
+    if len(lengths) != rows:
+        raise ValueError(f"response_lengths has {len(lengths)} entries for {rows=}")
 
-    def step(context: float) -> PhaseCost:
-        keys = _window_keys(config, context, kernel=attention_kernel, causal=False)
+    def step(j: int, batch: int) -> PhaseCost:
+        rows_local = batch / split.rows
+        # The kernel reads the blocks holding the filled P + j slots; XLA every slot.
+        read = -(-(prompt_len + j) // kernel_block) * kernel_block if attention_kernel else slots
+        keys = _window_keys(config, read, kernel=attention_kernel, causal=False)
         flops = 2 * rows_local * (config.num_layers * (attn_p / split.heads + mlp_p / split.mlp)
                                   + unembed)  # fmt: skip
         flops += float(np.sum(4 * rows_local * keys * n * h)) / split.heads
-        read = rows_local * per_token_cache * float(np.mean(keys))
-        return PhaseCost(flops, weights + unembed * b + read, layers_executed=config.num_layers)
+        cache = rows_local * per_token_cache * float(np.mean(keys))
+        return PhaseCost(flops, weights + unembed * b + cache, layers_executed=config.num_layers)
 
-    if attention_kernel:  # filled slots only: prompt + j at step j; mean over the steps
-        mean_context = prompt_len + response_len / 2
-        first = step(prompt_len + 1)
-    else:
-        mean_context = slots
-        first = step(slots)
-    decode = step(mean_context).scaled(response_len)
-    return DecodeCost(prefill, decode._replace(steps=response_len), first)
+    batches = decode_step_batches(lengths, stages)
+    decode = sum(
+        (step(j, int(batch)) for j, batch in enumerate(batches, start=1)),
+        PhaseCost(0.0, 0.0, steps=0),
+    )
+    return DecodeCost(prefill, decode, step(1, int(batches[0]) if len(batches) else rows))

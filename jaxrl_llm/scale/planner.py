@@ -1,29 +1,24 @@
 """The placement search: meshes per phase, checked by the compiler, ranked by predicted step time.
 
-    plans = search(workload, get_topology("v5e-256"), cache=CompileCache(...))
+    plans = Searcher(workload, get_topology("v5e-256"), cache=CompileCache(...)).search(cands)
     best = next(p for p in plans if p.fits)
     best.placement   # {"mode": "colocated", "train_mesh": (64, 4), "rollout_mesh": (32, 8)}
 
-Candidates (HybridFlow's mapping search over the RL dataflow, arXiv:2409.19256, and ReaLHF's
-per-phase plans, in the runner's two placements, `jaxrl_llm.roles.placement`):
-
-  colocated  every role on all N chips; the actor trains on a (data, model) mesh and the
-             rollout decodes on a (data', model') mesh of the same chips (the weights resharded
-             between the two layouts each step).
-  split      the generator on a share f of the chips, the learner (actor, reference, critic)
-             on the rest (weights copied across each step); synchronous, or asynchronous
-             (`config.async_rl`) overlapping generation with training.
-
-Each distinct (phase, mesh) is compiled once (`analysis.analyze`, cached). A plan fits when every
+The candidates (colocated or split placements) and the plans are `jaxrl_llm.scale.placements`.
+Each distinct (phase, mesh, chunk) is compiled once (`analysis.analyze`, cached), the weight
+sync as the programs a run executes (`jaxrl_llm.scale.weight_sync`, its phases per chip group
+from `jaxrl_llm.scale.sync_phases`). A plan fits when every
 phase's compiled peak, plus what the other roles keep resident on the same chips at that time,
-is within the chip's HBM less `reserve`; a plan that does not fit is reported with the
-compiler's figure. A phase whose resident arrays alone (weights, optimizer state, KV cache:
-`estimate_peak_bytes`, a lower bound) exceed the budget is not compiled and is reported with
-that arithmetic. The rollout is tried at the whole step's rows, then in halves
-(`config.rollout.decode_batch`) until a chunk fits. Fitting plans are ranked by predicted seconds per RL step:
-each phase's roofline (`jaxrl_llm.scale.costs`, collectives from the compiled HLO) combined by
-the pipeline model (`jaxrl_llm.runners.pipeline_model`) with the compiled phase times in place of
-its scaling guesses.
+is within the chip's HBM less `reserve`, on each chip group; a plan that does not fit is
+reported with the compiler's figure. A phase whose resident arrays alone (weights, optimizer
+state, KV cache: `estimate_peak_bytes`, a lower bound) exceed the budget is not compiled and is
+reported with that arithmetic. The rollout is tried at the whole step's rows, then in halves
+(`config.rollout.decode_batch`) until a chunk fits; the frozen forwards (reference, critic
+values, reward model) the same way (`config.rollout.forward_batch`, one chunk for all of them).
+Fitting plans are ranked by predicted seconds per RL step: each phase's roofline
+(`jaxrl_llm.scale.costs`, collectives from the compiled HLO) combined by the pipeline model
+(`jaxrl_llm.runners.pipeline_model`) with the compiled phase times in place of its scaling
+guesses.
 """
 
 from __future__ import annotations
@@ -31,22 +26,36 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 from jax.sharding import Mesh
 
 from jaxrl_llm.models import partitioning
+from jaxrl_llm.rollout import CacheLayout
+from jaxrl_llm.rollout.engine import decode_options
 from jaxrl_llm.runners.pipeline_model import simulate_async_groups
-from jaxrl_llm.scale import costs, programs
+from jaxrl_llm.scale import costs, programs, weight_sync
 from jaxrl_llm.scale.analysis import CompileCache, ProgramReport, analyze
 from jaxrl_llm.scale.chips import Chip
 from jaxrl_llm.scale.executables import save_executable
+from jaxrl_llm.scale.placements import (
+    FORWARD_PHASES,
+    SYNC_PHASES,
+    Candidate,
+    PhaseResult,
+    Plan,
+    decode_batches,
+    estimate_peak_bytes,
+    forward_batches,
+)
+from jaxrl_llm.scale.sync_phases import sync_phases
 from jaxrl_llm.scale.topology import Topology
 from jaxrl_llm.scale.workload import Workload
-from jaxrl_llm.sharding import make_mesh
+from jaxrl_llm.sharding import DECODE_RULES, make_mesh
 from kernels.logprobs import default_implementation
 
 MESH_AXES = ("data", "model")
+# The phases that run on the learner's chips, each keeping its role's state there.
+LEARNER_PHASES = ("actor_train", "reference", "critic_train", "reward_model")
 
 
 def refusal(error: Exception, chip: Chip) -> str:
@@ -60,185 +69,6 @@ def refusal(error: Exception, chip: Chip) -> str:
             "colocated placement"
         )
     return f"the compiler refused it: {text:.200}"
-
-
-class Candidate(NamedTuple):
-    """A placement to evaluate.
-
-    Attributes:
-      mode: "colocated" or "split".
-      train_mesh: (data, model) of the learner's mesh.
-      rollout_mesh: (data, model) of the rollout's mesh.
-      train_devices: (first device index, count) of the learner's devices in the topology.
-      rollout_devices: (first, count) of the rollout's.
-    """
-
-    mode: str
-    train_mesh: tuple[int, int]
-    rollout_mesh: tuple[int, int]
-    train_devices: tuple[int, int]
-    rollout_devices: tuple[int, int]
-    decode_batch: int = 0
-
-    def label(self) -> str:
-        """ "colocated 64x4 / 32x8" or "split 128/256: 32x4 | 16x8", with " (decode 256 rows)"
-        when the rollout decodes in chunks."""
-        t = "x".join(map(str, self.train_mesh))
-        r = "x".join(map(str, self.rollout_mesh))
-        chunks = f" (decode {self.decode_batch} rows)" if self.decode_batch else ""
-        if self.mode == "colocated":
-            return f"colocated {t} / {r}{chunks}"
-        total = self.train_devices[1] + self.rollout_devices[1]
-        return f"split {self.rollout_devices[1]}/{total}: {t} | {r}{chunks}"
-
-
-class PhaseResult(NamedTuple):
-    """One phase of a plan.
-
-    Attributes:
-      phase: the phase name.
-      report: the compiler's report (None when not compiled).
-      peak_bytes: the phase's compiled peak plus what other roles keep on its chips then.
-      seconds: predicted seconds per RL step (all its runs).
-      roofline: the roofline of one run.
-    """
-
-    phase: str
-    report: ProgramReport | None
-    peak_bytes: float
-    seconds: float
-    roofline: costs.Roofline | None
-
-
-class Plan(NamedTuple):
-    """An evaluated candidate.
-
-    Attributes:
-      candidate: the placement.
-      phases: `PhaseResult` by phase name.
-      fits: every phase's peak within the HBM budget.
-      reason: why it does not fit (empty when it does).
-      step_seconds: predicted seconds per RL step (inf when it does not fit).
-      decode_ms_per_token: the decode step's predicted latency floor.
-    """
-
-    candidate: Candidate
-    phases: dict[str, PhaseResult]
-    fits: bool
-    reason: str
-    step_seconds: float
-    decode_ms_per_token: float
-
-    @property
-    def placement(self) -> dict:
-        """The `config.placement` fields of this plan."""
-        c = self.candidate
-        return {"mode": c.mode, "train_mesh": c.train_mesh, "rollout_mesh": c.rollout_mesh}
-
-    def overrides(self) -> list[str]:
-        """Command-line overrides that select this plan (placement, and the decode chunk)."""
-        out = [f"--config.placement.{k}={v!r}".replace(" ", "") for k, v in self.placement.items()]
-        return out + [f"--config.rollout.decode_batch={self.candidate.decode_batch}"]
-
-
-def _divisors_pow2(n: int, options: Sequence[int]) -> list[int]:
-    return [m for m in options if n % m == 0 and m <= n]
-
-
-def candidates(
-    num_chips: int,
-    *,
-    modes: Sequence[str] = ("colocated", "split"),
-    tensor_parallel: Sequence[int] = (1, 2, 4, 8, 16),
-    decode_tensor_parallel: Sequence[int] | None = None,
-    split_fractions: Sequence[float] = (0.5,),
-) -> list[Candidate]:
-    """Every placement of the search over `num_chips` chips (see the module docstring):
-    model-axis sizes `tensor_parallel` for the learner, `decode_tensor_parallel` (default the
-    same) for the rollout."""
-    decode_tp = tensor_parallel if decode_tensor_parallel is None else decode_tensor_parallel
-    out = []
-    if "colocated" in modes:
-        for tm in _divisors_pow2(num_chips, tensor_parallel):
-            for rm in _divisors_pow2(num_chips, decode_tp):
-                out.append(
-                    Candidate("colocated", (num_chips // tm, tm), (num_chips // rm, rm),
-                              (0, num_chips), (0, num_chips))
-                )  # fmt: skip
-    if "split" in modes:
-        for fraction in split_fractions:
-            n_gen = int(round(num_chips * fraction))
-            n_train = num_chips - n_gen
-            if n_gen < 1 or n_train < 1:
-                continue
-            for tm in _divisors_pow2(n_train, tensor_parallel):
-                for rm in _divisors_pow2(n_gen, decode_tp):
-                    out.append(
-                        Candidate("split", (n_train // tm, tm), (n_gen // rm, rm), (0, n_train),
-                                  (n_train, n_gen))
-                    )  # fmt: skip
-    return out
-
-
-def divisibility_notes(config, train_mesh: tuple[int, int], rollout_mesh: tuple[int, int]):
-    """One line per model dimension that does not divide its mesh axis (the rule sets then
-    replicate it on every shard of that axis: more memory and repeated work), naming the sizes
-    that would divide."""
-    notes = []
-
-    def check(name: str, size: int, axis: str, axis_size: int, what: str):
-        if axis_size > 1 and size % axis_size:
-            fits = [m for m in (1, 2, 4, 8, 16, 32, 64) if size % m == 0 and m <= size]
-            notes.append(
-                f"{name}={size} does not divide over {axis}={axis_size} ({what}): it is "
-                f"replicated there; {axis} in {fits} would split it."
-            )
-
-    for label, (data, model), fsdp in (
-        ("train", train_mesh, True),
-        ("decode", rollout_mesh, False),
-    ):
-        check("num_heads", config.num_heads, f"{label} model", model, "attention")
-        check("num_kv_heads", config.num_kv_heads, f"{label} model", model, "KV heads and cache")
-        check("intermediate_size", config.intermediate_size, f"{label} model", model, "MLP")
-        check("vocab_size", config.vocab_size, f"{label} model", model, "unembedding")
-        if fsdp:
-            check("hidden_size", config.hidden_size, "train data", data, "FSDP weights")
-    return list(dict.fromkeys(notes))
-
-
-def estimate_peak_bytes(
-    workload: Workload, phase: str, mesh: tuple[int, int], rows: int | None = None
-) -> float:
-    """A lower-bound estimate of a phase's per-device bytes, for the prescreen: the weights
-    and optimizer state (train) or the weights and the KV cache of `rows` rows (rollout)
-    alone, evenly split where their dimensions divide."""
-    config = workload.model
-    d, m = mesh
-    b = 2 if config.dtype != "float32" else 4
-    params = config.num_params() * b
-    if phase == "actor_train":
-        copies = 1 if workload.lora else 3  # parameters, Adam's two moments
-        return params * copies / (d * m)
-    if phase == "rollout":
-        rows = rows or workload.sequences
-        split = costs.split_of(config, rows, d, m, fsdp=False)
-        cache = (
-            rows / split.rows * workload.length
-            * 2 * config.num_layers * config.num_kv_heads * config.head_dim * b / split.heads
-        )  # fmt: skip
-        return params / m + cache
-    return 0.0
-
-
-def decode_batches(workload: Workload, data: int) -> list[int]:
-    """Rows per decode program to try, largest first: every row of the step, then halves, while
-    each chunk keeps at least one row per "data" shard and whole groups (0 means all)."""
-    out, rows = [0], workload.sequences // 2
-    while rows >= max(data, workload.group_size, 1) and workload.sequences % rows == 0:
-        out.append(rows)
-        rows //= 2
-    return out
 
 
 class Searcher:
@@ -286,61 +116,58 @@ class Searcher:
 
     def report(self, phase: str, shape, devices, rows: int = 0) -> ProgramReport | Exception:
         """The compiled report of a phase on a mesh (cached in memory and on disk; `rows` is
-        the rollout's decode chunk, 0 for all); the exception when the compiler refused it
-        for another reason than memory."""
+        the chunk of the rollout or a frozen forward, 0 for all); the exception when the
+        compiler refused it for another reason than memory."""
         key = (phase, shape, devices) + ((rows,) if rows else ())
         if key in self._reports:
             return self._reports[key]
         try:
-            built = self.programs(phase, shape, devices, rows)
-            reports = [analyze(program, self.cache) for program in built]
+            [program] = self.programs(phase, shape, devices, rows)
+            report = analyze(program, self.cache)
         except Exception as error:  # noqa: BLE001 - recorded against the plan, with its text
             self.log(f"  {phase} on {shape}: the compiler refused it: {error!s:.300}")
             self._reports[key] = error
             return error
-        for program, report in zip(built, reports, strict=True):
-            suffix = (rows,) if rows and program.phase == "rollout" else ()
-            self._reports[(program.phase, shape, devices) + suffix] = report
-            self._reports[(program.phase, shape, devices, "state")] = program.state_bytes
-            seconds = f"{report.compile_seconds:.0f} s" if report.compile_seconds else "cached"
-            chunk = f", {rows} rows" if rows and program.phase == "rollout" else ""
-            verdict = (
-                "out of memory: " + report.out_of_memory
-                if report.out_of_memory
-                else (f"peak {report.peak_bytes / 2**30:6.2f} GiB")
-            )
-            self.log(
-                f"  {program.phase:13s} {'x'.join(map(str, shape)):>7s} on {devices[1]} chips"
-                f"{chunk}: {verdict} ({seconds})"
-            )
-        return self._reports[key]
+        self._reports[key] = report
+        self._reports[(phase, shape, devices, "state")] = program.state_bytes
+        seconds = f"{report.compile_seconds:.0f} s" if report.compile_seconds else "cached"
+        verdict = (
+            "out of memory: " + report.out_of_memory
+            if report.out_of_memory
+            else f"peak {report.peak_bytes / 2**30:6.2f} GiB"
+        )
+        self.log(
+            f"  {phase:13s} {self._shape(shape):>7s} on {devices[1]} chips"
+            f"{f', {rows} rows' if rows else ''}: {verdict} ({seconds})"
+        )
+        return report
 
     def programs(self, phase: str, shape, devices, rows: int = 0) -> list[programs.Program]:
-        """The lowered programs of a phase on a mesh ("critic": its value forward and train
-        step); `rows` is the rollout's decode chunk, 0 for all."""
-        mesh = self.mesh(shape, devices)
+        """The lowered program of a phase on a mesh, in a list; `rows` is the chunk of the
+        rollout or a frozen forward, 0 for all."""
+        mesh, w, rows = self.mesh(shape, devices), self.workload, rows or None
         builders = {
-            "actor_train": lambda: [programs.actor_train_program(self.workload, mesh)],
-            "rollout": lambda: [programs.rollout_program(self.workload, mesh, rows=rows or None)],
-            "reference": lambda: [programs.reference_program(self.workload, mesh)],
-            "reward_model": lambda: [programs.reward_model_program(self.workload, mesh)],
-            "critic": lambda: programs.critic_programs(self.workload, mesh),
+            "actor_train": lambda: programs.actor_train_program(w, mesh),
+            "rollout": lambda: programs.rollout_program(w, mesh, rows=rows),
+            "reference": lambda: programs.reference_program(w, mesh, rows=rows),
+            "reward_model": lambda: programs.reward_model_program(w, mesh, rows=rows),
+            "critic_values": lambda: programs.critic_values_program(w, mesh, rows=rows),
+            "critic_train": lambda: programs.critic_train_program(w, mesh),
         }
-        return builders[phase]()
+        return [builders[phase]()]
 
     def save_executables(self, plan: Plan, directory: str) -> list[str]:
         """Compiles every phase of `plan` once more and saves each executable under
         `directory`/<phase> (`jaxrl_llm.scale.executables`), so a run on the slice loads what
-        was planned; returns the phases saved."""
+        was planned; returns the phases saved (the weight sync's per-array programs are not
+        among them: `reshard` compiles its own)."""
         c = plan.candidate
-        train = (c.train_mesh, c.train_devices)
-        names = ["critic" if p.startswith("critic") else p for p in self._phases_of()]
         saved = []
-        for name in dict.fromkeys(names):  # critic once: both its programs
-            where = (
-                (c.rollout_mesh, c.rollout_devices, c.decode_batch) if name == "rollout" else train
-            )
-            for program in self.programs(name, *where):
+        for phase in self._phases_of():
+            where = (c.rollout_mesh, c.rollout_devices) if phase == "rollout" else (
+                c.train_mesh, c.train_devices)  # fmt: skip
+            rows = c.decode_batch if phase == "rollout" else c.forward_batch
+            for program in self.programs(phase, *where, rows):
                 save_executable(
                     program.lowered.compile(),
                     os.path.join(directory, program.phase),
@@ -369,44 +196,47 @@ class Searcher:
         return Plan(candidate, {}, False, reason, math.inf, math.nan)
 
     def evaluate(self, candidate: Candidate) -> Plan:
-        """Compiles (or reads) every phase of `candidate`, the rollout at the largest decode
-        chunk that fits (halving from the whole step), and predicts its step time."""
-        w = self.workload
+        """Compiles (or reads) every phase of `candidate`: the train steps, the frozen forwards
+        and the rollout each at the largest chunk that fits (halving from the whole step), the
+        weight sync; and predicts its step time."""
         train = (candidate.train_mesh, candidate.train_devices)
-        roll = (candidate.rollout_mesh, candidate.rollout_devices)
-        estimate = estimate_peak_bytes(w, "actor_train", candidate.train_mesh)
+        estimate = estimate_peak_bytes(self.workload, "actor_train", candidate.train_mesh)
         if estimate > self.prescreen * self.budget:
             return self._reject(candidate, self._estimate_reason("actor_train", train[0], estimate))
-        reports: dict[str, tuple[ProgramReport, tuple]] = {}
-        for phase in self._phases_of():
-            if phase == "rollout":
+        reports: dict[str, ProgramReport] = {}
+        for phase in ("actor_train", "critic_train"):
+            if phase not in self._phases_of():
                 continue
-            name = "critic" if phase.startswith("critic") else phase
-            result = self.report(name, *train)
-            if phase.startswith("critic"):
-                result = self._reports.get((phase, *train), result)
-            if isinstance(result, Exception):
-                return self._reject(candidate, f"{phase}: {refusal(result, self.chip)}")
-            if result.out_of_memory:
-                return self._reject(candidate, f"{phase} on {self._shape(train[0])}: compiler: "
-                                               f"{result.out_of_memory}")  # fmt: skip
-            reports[phase] = (result, train)
-        learner_state = {
-            p: self.state_bytes(p, *placement) for p, (_, placement) in reports.items()
-        }
+            result = self.report(phase, *train)
+            why = self._refused(phase, train[0], result)
+            if why:
+                return self._reject(candidate, why)
+            reports[phase] = result
+        forwards, rows, why = self._fitting_forwards(candidate)
+        if forwards is None:
+            return self._reject(candidate, why)
+        reports.update(forwards)
+        candidate = candidate._replace(forward_batch=rows)
+        learner_state = {p: self.state_bytes(p, *train) for p in reports}
         rollout, rows, why = self._fitting_rollout(candidate, learner_state)
         if rollout is None:
             return self._reject(candidate, why)
         candidate = candidate._replace(decode_batch=rows)
-        reports["rollout"] = (rollout, roll)
+        reports["rollout"] = rollout
         phases = self._predict(candidate, reports)
+        sync = self._sync(candidate)
+        if isinstance(sync, str):
+            return self._reject(candidate, sync)
+        phases.update(sync)
         over = [p for p in phases.values() if p.peak_bytes > self.budget]
         if over:
             worst = max(over, key=lambda p: p.peak_bytes)
-            compiled = worst.report.peak_bytes if worst.report else 0.0
+            what = "the arrays the sync keeps and moves"
+            if worst.phase not in SYNC_PHASES:
+                what = f"compiled peak {worst.report.peak_bytes / 2**30:.2f} GiB"
             reason = (
-                f"{worst.phase} needs {worst.peak_bytes / 2**30:.2f} GiB per chip (compiled peak "
-                f"{compiled / 2**30:.2f} GiB + resident roles) > {self.budget / 2**30:.2f} GiB "
+                f"{worst.phase} needs {worst.peak_bytes / 2**30:.2f} GiB per chip ({what} + "
+                f"resident roles) > {self.budget / 2**30:.2f} GiB "
                 f"({self.chip.name} HBM {self.chip.hbm_bytes / 2**30:.0f} GiB less the reserve)"
             )
             return Plan(candidate, phases, False, reason, math.inf, math.nan)
@@ -418,6 +248,15 @@ class Searcher:
     def _shape(shape) -> str:
         return "x".join(map(str, shape))
 
+    def _refused(self, phase: str, shape, result, rows: int = 0) -> str:
+        """Why the compiler refused `result` (an exception or an out-of-memory report), or ""."""
+        if isinstance(result, Exception):
+            return f"{phase}: {refusal(result, self.chip)}"
+        if result.out_of_memory:
+            chunk = f" ({rows} rows)" if rows else ""
+            return f"{phase} on {self._shape(shape)}{chunk}: compiler: {result.out_of_memory}"
+        return ""
+
     def _estimate_reason(self, phase: str, shape, estimate: float, rows: int = 0) -> str:
         chunk = f" at {rows} rows per decode" if rows else ""
         return (
@@ -425,6 +264,39 @@ class Searcher:
             f"alone take {estimate / 2**30:.1f} GiB per chip > the {self.budget / 2**30:.1f} GiB "
             "budget (not compiled)"
         )
+
+    def _fitting_forwards(self, candidate: Candidate):
+        """({phase: report}, rows, "") of the frozen forwards at the largest chunk where each
+        one's compiled peak, with the learner's other states resident beside it, fits; ({}, 0,
+        "") without forwards; (None, 0, why) when no chunk fits."""
+        phases = [p for p in self._phases_of() if p in FORWARD_PHASES]
+        if not phases:
+            return {}, 0, ""
+        train = (candidate.train_mesh, candidate.train_devices)
+        why = ""
+        for rows in forward_batches(self.workload, candidate.train_mesh[0]):
+            results = {p: self.report(p, *train, rows) for p in phases}
+            refused = [self._refused(p, train[0], r, rows) for p, r in results.items()]
+            if any(isinstance(r, Exception) for r in results.values()):
+                return None, 0, next(r for r in refused if r)
+            why = next((r for r in refused if r), "")
+            if why:
+                continue
+            state = {p: self.state_bytes(p, *train) for p in self._phases_of()
+                     if p in LEARNER_PHASES}  # fmt: skip
+            for phase, report in results.items():
+                need = report.peak_bytes + self._resident(candidate, phase, state)
+                if need > self.budget:
+                    why = (
+                        f"{phase} on {self._shape(train[0])} ({rows or 'all'} rows) needs "
+                        f"{need / 2**30:.2f} GiB per chip (compiled peak "
+                        f"{report.peak_bytes / 2**30:.2f} GiB + resident roles) > "
+                        f"{self.budget / 2**30:.2f} GiB"
+                    )
+                    break
+            else:
+                return results, rows, ""
+        return None, 0, why or "no forward chunk to try"
 
     def _fitting_rollout(self, candidate: Candidate, learner_state: dict[str, float]):
         """(report, rows, "") of the largest decode chunk whose compiled peak, with the
@@ -456,24 +328,71 @@ class Searcher:
             return result, rows, ""
         return None, 0, why or "no decode chunk to try"
 
+    def _sync(self, candidate: Candidate) -> dict[str, PhaseResult] | str:
+        """The weight sync's phases (`scale.sync_phases`), its programs compiled once per pair
+        of meshes; or why the compiler refused one."""
+        train = (candidate.train_mesh, candidate.train_devices)
+        roll = (candidate.rollout_mesh, candidate.rollout_devices)
+        key = ("weight sync", train, roll)
+        if key not in self._reports:
+            try:
+                sync = weight_sync.reshard_programs(
+                    self.workload, self.mesh(*train), self.mesh(*roll)
+                )
+                reports = [analyze(p, self.cache) for p in sync.programs]
+            except Exception as error:  # noqa: BLE001 - recorded against the plan
+                self._reports[key] = error
+            else:
+                self._reports[key] = (sync, reports)
+                seconds = sum(r.compile_seconds for r in reports)
+                self.log(
+                    f"  weight sync   {self._shape(train[0])} -> {self._shape(roll[0])}: "
+                    f"{len(reports)} programs run {sum(p.runs for p in sync.programs)} times "
+                    f"({f'{seconds:.0f} s' if seconds else 'cached'})"
+                )
+        result = self._reports[key]
+        if isinstance(result, Exception):
+            return f"reshard: {refusal(result, self.chip)}"
+        sync, reports = result
+        refused = [self._refused(r.phase, train[0], r) for r in reports]
+        if any(refused):
+            return next(r for r in refused if r)
+        state = {p: self.state_bytes(p, *train) for p in self._phases_of() if p in LEARNER_PHASES}
+        return sync_phases(
+            sync, reports, self.chip, split=candidate.mode == "split",
+            learner_resident=sum(state.values()),
+        )  # fmt: skip
+
     def _decode(self, candidate: Candidate) -> costs.DecodeCost:
-        """One decode chunk's cost (`candidate.decode_batch` rows, or all)."""
+        """One decode chunk's cost (`candidate.decode_batch` rows, or all), with the decode
+        attention and compaction stages the rollout program runs
+        (`rollout.engine.decode_options`)."""
         w = self.workload
         d, m = candidate.rollout_mesh
         rows = candidate.decode_batch or w.sequences
         split = costs.split_of(w.model, rows, d, m, fsdp=False)
         shared = w.config.rollout.prefix_sharing != "none"
         unique = max(rows // w.group_size, 1) if shared else rows
-        return costs.decode_cost(w.model, rows, unique, w.prompt_len, w.response_len, split)
+        mesh = self.mesh(candidate.rollout_mesh, candidate.rollout_devices)
+        static = decode_options(
+            programs.rollout_generation_config(w), w.model, CacheLayout(mesh, DECODE_RULES),
+            rows, copies_rows=False,
+        )  # fmt: skip
+        return costs.decode_cost(
+            w.model, rows, unique, w.prompt_len, w.response_len, split,
+            attention_kernel=static.attention != "xla", stages=static.stages,
+        )  # fmt: skip
 
     def _predict(self, candidate: Candidate, reports) -> dict[str, PhaseResult]:
         w, chip = self.workload, self.chip
         td, tm = candidate.train_mesh
+        train = (candidate.train_mesh, candidate.train_devices)
         train_split = costs.split_of(w.model, w.minibatch_rows, td, tm, fsdp=True)
-        full_split = costs.split_of(w.model, w.sequences, td, tm, fsdp=True)
-        state = {p: self.state_bytes(p, *placement) for p, (_, placement) in reports.items()}
+        chunk = candidate.forward_batch or w.sequences
+        chunk_split = costs.split_of(w.model, chunk, td, tm, fsdp=True)
+        state = {p: self.state_bytes(p, *train) for p in reports if p in LEARNER_PHASES}
         out: dict[str, PhaseResult] = {}
-        for phase, (report, _) in reports.items():
+        for phase, report in reports.items():
             comm = report.comm_seconds(chip)
             if phase == "rollout":
                 decode = self._decode(candidate)
@@ -481,10 +400,8 @@ class Searcher:
                 per_step = decode.decode.scaled(1 / decode.decode.steps)._replace(
                     comm_seconds=report.comm_seconds(chip, per_iteration=True)
                 )
-                step_line = costs.roofline(per_step, chip)
-                chunk = prefill.seconds + step_line.seconds * decode.decode.steps
-                seconds = chunk * report.runs
-                line = step_line
+                line = costs.roofline(per_step, chip)
+                seconds = (prefill.seconds + line.seconds * decode.decode.steps) * report.runs
             elif phase in ("actor_train", "critic_train"):
                 cost = costs.train_step_cost(
                     w.model, w.minibatch_rows, w.length, train_split, remat=w.config.train.remat,
@@ -495,17 +412,16 @@ class Searcher:
                 )._replace(comm_seconds=comm)  # fmt: skip
                 line = costs.roofline(cost, chip)
                 seconds = line.seconds * report.runs
-            else:
+            else:  # a frozen forward over one chunk of rows
                 cost = costs.forward_cost(
-                    w.model, w.sequences, w.length, full_split,
+                    w.model, chunk, w.length, chunk_split,
                     attention_kernel=self.attention_kernel(),
                     scalar_head=phase in ("critic_values", "reward_model"),
                 )  # fmt: skip
                 line = costs.roofline(cost._replace(comm_seconds=comm), chip)
-                seconds = line.seconds
+                seconds = line.seconds * report.runs
             resident = self._resident(candidate, phase, state)
             out[phase] = PhaseResult(phase, report, report.peak_bytes + resident, seconds, line)
-        out["reshard"] = self._reshard(candidate, state)
         return out
 
     def attention_kernel(self) -> bool:
@@ -533,38 +449,23 @@ class Searcher:
         return default_implementation(self._platform())  # as `training.logprobs` picks it
 
     def _resident(self, candidate: Candidate, phase: str, state: dict[str, float]) -> float:
-        """Bytes other roles keep on the chips of `phase` while it runs."""
-        learner = ["actor_train", "reference", "critic_train", "reward_model"]
+        """Bytes other roles keep on the chips of `phase` while it runs: the learner's roles'
+        states (the chips of a split rollout hold none of them)."""
         if candidate.mode == "split" and phase == "rollout":
             return 0.0
-        others = [p for p in learner if p in state and p != phase]
-        if phase == "critic_values":
+        others = [p for p in LEARNER_PHASES if p in state and p != phase]
+        if phase == "critic_values":  # the critic's weights are in its train state
             others = [p for p in others if p != "critic_train"]
         return sum(state[p] for p in others)
-
-    def _reshard(self, candidate: Candidate, state: dict[str, float]) -> PhaseResult:
-        """The weight sync: the decode copy's bytes gathered over the train mesh's FSDP axis
-        (colocated) or copied across groups (split), at one torus dimension's ICI bandwidth."""
-        decode_bytes = state.get("rollout", 0.0)
-        if candidate.mode == "colocated":
-            d = candidate.train_mesh[0]
-            moved = decode_bytes * (1 - 1 / d)
-        else:
-            moved = decode_bytes
-        bandwidth = self.chip.collective_bandwidth(1) or self.chip.hbm_bandwidth
-        seconds = moved / bandwidth
-        peak = decode_bytes + state.get("actor_train", 0.0)
-        if candidate.mode == "colocated":
-            peak += sum(v for k, v in state.items() if k in ("reference", "critic_train"))
-        line = costs.Roofline(seconds, 0.0, 0.0, seconds, 0.0, "comm")
-        return PhaseResult("reshard", None, peak, seconds, line)
 
     def _step_seconds(self, candidate: Candidate, phases: dict[str, PhaseResult]) -> float:
         """Seconds per RL step: phases in sequence, or the pipeline model's asynchronous
         steady state for a split, asynchronous run."""
         generate = phases["rollout"].seconds
-        learn = sum(p.seconds for name, p in phases.items() if name not in ("rollout", "reshard"))
-        sync = phases["reshard"].seconds
+        sync = sum(p.seconds for name, p in phases.items() if name in SYNC_PHASES)
+        learn = sum(
+            p.seconds for name, p in phases.items() if name != "rollout" and name not in SYNC_PHASES
+        )
         if candidate.mode == "split" and self.workload.asynchronous:
             c = self.workload.config.async_rl
             steps = 16

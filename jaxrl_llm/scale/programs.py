@@ -8,13 +8,14 @@ runners call, over `jax.ShapeDtypeStruct`s laid out as the role lays out its arr
                   optimizer (AdamW state), remat, LoRA, packing; one minibatch
   rollout         `Generator.lower`: prefill, the compacting decode loop, the KV cache of the
                   whole batch, in the decode layout (`RolloutWorker`'s generator)
-  reference       `roles.reference.logprob_fn`: frozen log-probs of every rollout row
-  critic_values   `roles.critic.value_fn`; critic_train: the critic's `learner_program` step
-  reward_model    `roles.reward.score_fn` over every rollout row
-  reshard         the jitted identities `reshard` compiles for a train -> decode move on the
-                  same devices (one per distinct array layout), or for split groups the
-                  transport layout on the train devices (the copy between groups is not a
-                  program: `transfer_bytes` counts it)
+  reference       `roles.reference.logprob_fn`: frozen log-probs of a chunk of rollout rows
+  critic_values   `roles.critic.value_fn` over a chunk of rows
+  critic_train    the critic's `learner_program` step on one minibatch
+  reward_model    `roles.reward.score_fn` over a chunk of rows
+
+(the weight sync's programs are in `jaxrl_llm.scale.weight_sync`). The forwards take `rows`, the
+chunk `config.rollout.forward_batch` gives them (`jaxrl_llm.roles.forwards`; default every row
+of the step); `Program.runs` counts the chunks of a step.
 
 Programs are traced under the role's `use_layout`, as the roles trace them. Nothing here runs a
 program; `jaxrl_llm.scale.analysis` compiles them and reads the compiler's figures.
@@ -22,7 +23,6 @@ program; `jaxrl_llm.scale.analysis` compiles them and reads the compiler's figur
 
 from __future__ import annotations
 
-import collections
 from typing import Any, NamedTuple
 
 import jax
@@ -39,6 +39,7 @@ from jaxrl_llm.models import partitioning
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.lora import add_adapters, strip_adapters
 from jaxrl_llm.models.partitioning import use_layout
+from jaxrl_llm.models.precision import compute_params
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.roles.critic import value_fn
 from jaxrl_llm.roles.learner import learner_program, row_sharding
@@ -54,7 +55,6 @@ from jaxrl_llm.sharding import (
     layout,
     param_shardings,
 )
-from jaxrl_llm.sharding.resharding import _transport  # the route `reshard` takes
 
 
 class Program(NamedTuple):
@@ -62,13 +62,12 @@ class Program(NamedTuple):
 
     Attributes:
       phase: "actor_train", "rollout", "reference", "critic_values", "critic_train",
-        "reward_model" or "reshard".
+        "reward_model", or a step of the weight sync ("reshard_cast", "reshard",
+        "reshard_send", "reshard_receive": `jaxrl_llm.scale.weight_sync`).
       lowered: the `jax.stages.Lowered`.
       mesh: the mesh it runs on.
       runs: executions per RL step (the train step runs once per minibatch).
       key: what identifies the program for the compile cache (phase, shapes, options).
-      transfer_bytes: for a split reshard, bytes each destination device receives from the
-        other group (0 otherwise).
       state_bytes: bytes per device of the arrays the role keeps between phases (the actor's
         parameters and optimizer state, the reference's or the decode copy's weights).
     """
@@ -78,7 +77,6 @@ class Program(NamedTuple):
     mesh: Mesh
     runs: int
     key: str
-    transfer_bytes: float = 0.0
     state_bytes: float = 0.0
 
 
@@ -117,12 +115,15 @@ def abstract_policy(workload: Workload) -> Transformer:
     return nnx.eval_shape(build)
 
 
-# Config fields no program reads: the run's length, seeds, data and logging. Every other field
-# is in a program's cache key, so a change anywhere else (rollout.compaction, the optimizer's
-# rate, a loss term ...) compiles anew; a field wrongly kept costs a compile, never a wrong plan.
+# Config fields no program reads: the run's length, seeds, data and logging, and the chunks
+# (the builders take a chunk's rows as an argument, and it enters the key as such). Every other
+# field is in a program's cache key, so a change anywhere else (rollout.compaction, the
+# optimizer's rate, a loss term ...) compiles anew; a field wrongly kept costs a compile, never
+# a wrong plan.
 UNTRACED_FIELDS = (
     "seed", "train.checkpoint_every", "train.sample_every",
     "train.max_time_s", "train.max_consecutive_nonfinite", "eval", "task", "placement",
+    "rollout.decode_batch", "rollout.forward_batch",
 )  # fmt: skip
 
 
@@ -145,7 +146,10 @@ def traced_config(config) -> dict:
     return flat
 
 
-def _key(workload: Workload, phase: str, mesh: Mesh, **extra) -> str:
+def program_key(workload: Workload, phase: str, mesh: Mesh, **extra) -> str:
+    """What identifies a program for the compile cache: its phase, the model, every traced
+    config field, the step's shapes, the mesh and its devices, and `extra` (a chunk's rows, an
+    array's layouts)."""
     fields = dict(
         phase=phase,
         model=repr(workload.model),
@@ -242,11 +246,11 @@ def actor_train_program(workload: Workload, mesh: Mesh) -> Program:
     batch = minibatch_of(workload, algorithm)
     lowered, state_bytes = _lower_train(program, optimizer, params, frozen, batch, mesh)
     return Program("actor_train", lowered, mesh, workload.num_minibatches,
-                   _key(workload, "actor_train", mesh), state_bytes=state_bytes)  # fmt: skip
+                   program_key(workload, "actor_train", mesh), state_bytes=state_bytes)  # fmt: skip
 
 
-def critic_programs(workload: Workload, mesh: Mesh) -> list[Program]:
-    """The critic's value forward over every rollout row and its train step on a minibatch."""
+def _critic_learner(workload: Workload, mesh: Mesh):
+    """(the critic's `LearnerProgram`, its abstract parameters, optimizer, algorithm)."""
     c = workload.config
     algorithm = registry.make(c)
     trunk = strip_adapters(abstract_policy(workload)) if workload.lora else None
@@ -258,46 +262,63 @@ def critic_programs(workload: Workload, mesh: Mesh) -> list[Program]:
     critic = nnx.eval_shape(build)
     optimizer = build_optimizer(c.critic, total_updates(c))
     program, params, _ = learner_program(critic, optimizer, algorithm.critic_loss, mesh)
+    return program, params, optimizer, algorithm
+
+
+def critic_train_program(workload: Workload, mesh: Mesh) -> Program:
+    """The critic's train step on one minibatch."""
+    program, params, optimizer, algorithm = _critic_learner(workload, mesh)
     batch = minibatch_of(workload, algorithm)
     train, state_bytes = _lower_train(program, optimizer, params, None, batch, mesh)
+    return Program("critic_train", train, mesh, workload.num_minibatches,
+                   program_key(workload, "critic_train", mesh), state_bytes=state_bytes)  # fmt: skip
+
+
+def critic_values_program(workload: Workload, mesh: Mesh, *, rows: int | None = None) -> Program:
+    """The critic's value forward over a chunk of `rows` rollout rows (default all); its
+    weights are counted with the critic's train state."""
+    program, params, _, _ = _critic_learner(workload, mesh)
     values = _forward_program(workload, mesh, "critic_values", value_fn(program.graphdef),
-                              params, with_lengths=False)  # fmt: skip
-    return [
-        values._replace(state_bytes=0.0),  # the critic's weights are counted with its state
-        Program("critic_train", train, mesh, workload.num_minibatches,
-                _key(workload, "critic_train", mesh), state_bytes=state_bytes),
-    ]  # fmt: skip
+                              params, rows=rows, with_lengths=False)  # fmt: skip
+    return values._replace(state_bytes=0.0)
 
 
-def _forward_program(workload, mesh, phase, fn, params, *, with_lengths: bool) -> Program:
+def _forward_program(workload, mesh, phase, fn, params, *, rows, with_lengths: bool) -> Program:
+    rows = min(rows or workload.sequences, workload.sequences)
     shardings = param_shardings(params, mesh, TRAIN_RULES)
-    shape = (workload.sequences, workload.length)
+    shape = (rows, workload.length)
     tokens = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=row_sharding(shape, mesh))
     args = (abstract_arrays(params, shardings), tokens)
     if with_lengths:
-        lengths = (workload.sequences,)
-        args += (jax.ShapeDtypeStruct(lengths, jnp.int32, sharding=row_sharding(lengths, mesh)),)
+        args += (jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=row_sharding((rows,), mesh)),)
     with use_layout(layout(mesh, TRAIN_RULES)):
         lowered = fn.lower(*args)
-    return Program(phase, lowered, mesh, 1, _key(workload, phase, mesh),
+    chunks = -(-workload.sequences // rows)
+    return Program(phase, lowered, mesh, chunks, program_key(workload, phase, mesh, rows=rows),
                    state_bytes=device_bytes_of(args[0]))  # fmt: skip
 
 
-def reference_program(workload: Workload, mesh: Mesh) -> Program:
-    """Frozen log-probs of every rollout row (the reference role, train layout)."""
-    graphdef, params = nnx.split(strip_adapters(abstract_policy(workload)), nnx.Param)
+def reference_program(workload: Workload, mesh: Mesh, *, rows: int | None = None) -> Program:
+    """Frozen log-probs of a chunk of `rows` rollout rows (default all; the reference role,
+    train layout)."""
+    model = strip_adapters(abstract_policy(workload))
+    graphdef, params = nnx.split(model, nnx.Param)
+    params = compute_params(model, params)  # frozen: kept in the compute dtype
     fn = logprob_fn(graphdef, temperature=workload.config.rollout.temperature)
-    return _forward_program(workload, mesh, "reference", fn, params, with_lengths=False)
+    return _forward_program(workload, mesh, "reference", fn, params, rows=rows,
+                            with_lengths=False)  # fmt: skip
 
 
-def reward_model_program(workload: Workload, mesh: Mesh) -> Program:
-    """A reward model of the policy's architecture scoring every rollout row."""
+def reward_model_program(workload: Workload, mesh: Mesh, *, rows: int | None = None) -> Program:
+    """A reward model of the policy's architecture scoring a chunk of `rows` rollout rows
+    (default all)."""
     model = nnx.eval_shape(
         lambda: ScalarHeadModel(Transformer(workload.model, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(0))
     )
     graphdef, params = nnx.split(model, nnx.Param)
+    params = compute_params(model, params)  # frozen: kept in the compute dtype
     return _forward_program(workload, mesh, "reward_model", score_fn(graphdef), params,
-                            with_lengths=True)  # fmt: skip
+                            rows=rows, with_lengths=True)  # fmt: skip
 
 
 def _decode_model(workload: Workload) -> Transformer:
@@ -307,22 +328,28 @@ def _decode_model(workload: Workload) -> Transformer:
     return policy
 
 
-def rollout_program(workload: Workload, mesh: Mesh, *, rows: int | None = None) -> Program:
-    """The rollout's decode program (decode layout on `mesh`) for one chunk of `rows` rows
-    (`config.rollout.decode_batch`; default every row of the step); `Program.runs` counts the
-    chunks of a step."""
-    c = workload.config
-    model = _decode_model(workload)
-    eos = workload.model.eos_token_id
-    generation = GenerationConfig(
+def rollout_generation_config(workload: Workload) -> GenerationConfig:
+    """The `GenerationConfig` of the rollout's decode program, from the run config."""
+    c, eos = workload.config, workload.model.eos_token_id
+    return GenerationConfig(
         max_new_tokens=workload.response_len,
         temperature=c.rollout.temperature,
         eos_ids=() if eos is None else (eos,),
         min_prompt_bucket=workload.prompt_len,
         compaction=c.rollout.compaction,
         prefix_sharing=c.rollout.prefix_sharing,
+        decode_attention=c.rollout.get("decode_attention", "auto"),
     )
-    generator = Generator(model, generation, cache_shardings=CacheLayout(mesh, DECODE_RULES))
+
+
+def rollout_program(workload: Workload, mesh: Mesh, *, rows: int | None = None) -> Program:
+    """The rollout's decode program (decode layout on `mesh`) for one chunk of `rows` rows
+    (`config.rollout.decode_batch`; default every row of the step); `Program.runs` counts the
+    chunks of a step."""
+    model = _decode_model(workload)
+    generator = Generator(
+        model, rollout_generation_config(workload), cache_shardings=CacheLayout(mesh, DECODE_RULES)
+    )
     rows = workload.sequences if not rows else min(rows, workload.sequences)
     rng = np.random.default_rng(0)
     prompts = [
@@ -330,58 +357,12 @@ def rollout_program(workload: Workload, mesh: Mesh, *, rows: int | None = None) 
         for _ in range(workload.num_prompts)
     ]
     group_prompts = [p for p in prompts for _ in range(workload.group_size)][:rows]
-    params = nnx.state(model, nnx.Param)
+    params = compute_params(model, nnx.state(model, nnx.Param))  # the decode copy's dtype
     abs_params = abstract_arrays(params, param_shardings(params, mesh, DECODE_RULES))
     lowered = generator.lower(
         group_prompts, params=abs_params, input_sharding=NamedSharding(mesh, PartitionSpec())
     )
     chunks = -(-workload.sequences // rows)
-    return Program("rollout", lowered, mesh, chunks, _key(workload, "rollout", mesh, rows=rows),
+    key = program_key(workload, "rollout", mesh, rows=rows)
+    return Program("rollout", lowered, mesh, chunks, key,
                    state_bytes=device_bytes_of(abs_params))  # fmt: skip
-
-
-def reshard_programs(workload: Workload, train_mesh: Mesh, rollout_mesh: Mesh) -> list[Program]:
-    """What `RolloutWorker.sync` compiles for the train -> decode move of the actor's weights
-    (every weight; with LoRA the base moves once and only the adapters each step).
-
-    Same device set: one jitted identity per distinct (shape, dtype, source, destination)
-    layout, as `reshard` caches them (`Program.runs` counts the arrays sharing it). Different
-    device sets: the jitted move to the transport layout on the train devices, and the
-    device-to-device copy's bytes per destination device (`Program.transfer_bytes`).
-    """
-    policy = _decode_model(workload)
-    params = nnx.state(policy, nnx.Param)
-    if workload.lora:
-        from jaxrl_llm.models.lora import split_adapters
-
-        params, _ = split_adapters(params)
-    src = jax.tree.leaves(param_shardings(params, train_mesh, TRAIN_RULES),
-                          is_leaf=lambda s: isinstance(s, NamedSharding))  # fmt: skip
-    dst = jax.tree.leaves(param_shardings(params, rollout_mesh, DECODE_RULES),
-                          is_leaf=lambda s: isinstance(s, NamedSharding))  # fmt: skip
-    leaves = jax.tree.leaves(params, is_leaf=_is_variable)
-    same_devices = tuple(train_mesh.devices.flat) == tuple(rollout_mesh.devices.flat)
-    groups: dict[tuple, list] = collections.defaultdict(list)
-    for leaf, s, d in zip(leaves, src, dst, strict=True):
-        value = leaf.get_value()
-        x = jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=s)
-        if same_devices and s.is_equivalent_to(d, value.ndim):
-            continue  # already laid out: `reshard` returns it as it is
-        groups[(value.shape, str(value.dtype), s.spec, d.spec)].append((x, d))
-    programs = []
-    for (shape, dtype, s_spec, d_spec), members in groups.items():
-        x, d = members[0]
-        transfer = 0.0
-        if same_devices:
-            target = d
-        else:
-            target, t_dst = _transport(x, d)
-            # Each destination device receives one transport block per array.
-            transfer = float(np.prod(t_dst.shard_shape(shape))) * np.dtype(dtype).itemsize
-        lowered = jax.jit(lambda a: a, out_shardings=target).lower(x)
-        key = _key(workload, "reshard", train_mesh, shape=shape, dtype=dtype, src=str(s_spec),
-                   dst=str(d_spec), to=tuple(dd.id for dd in rollout_mesh.devices.flat))  # fmt: skip
-        programs.append(
-            Program("reshard", lowered, train_mesh, len(members), key, transfer * len(members))
-        )
-    return programs

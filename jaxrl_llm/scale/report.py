@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from jaxrl_llm.scale.analysis import ProgramReport
 from jaxrl_llm.scale.chips import Chip
-from jaxrl_llm.scale.planner import Plan
+from jaxrl_llm.scale.placements import SYNC_PHASES, Plan
 
 GIB = 2**30
 
@@ -34,13 +34,16 @@ def plans_table(plans: Sequence[Plan], chip: Chip, top: int = 5) -> str:
         ph = plan.phases
         peak = max(p.peak_bytes for p in ph.values())
         other = sum(
-            p.seconds for k, p in ph.items() if k not in ("rollout", "actor_train", "reshard")
+            p.seconds
+            for k, p in ph.items()
+            if k not in ("rollout", "actor_train") and k not in SYNC_PHASES
         )
+        sync = sum(p.seconds for k, p in ph.items() if k in SYNC_PHASES)
         bounds = f"{ph['rollout'].roofline.bound}, {ph['actor_train'].roofline.bound}"
         lines.append(
             f"| {i} | {plan.candidate.label()} | {_gib(peak)} | {_seconds(ph['rollout'].seconds)}"
             f" | {_seconds(ph['actor_train'].seconds)} | {_seconds(other)} | "
-            f"{_seconds(ph['reshard'].seconds)} | **{_seconds(plan.step_seconds)}** | "
+            f"{_seconds(sync)} | **{_seconds(plan.step_seconds)}** | "
             f"{plan.decode_ms_per_token:.3g} | {bounds} |"
         )
     rejected = [p for p in plans if not p.fits][:top]
@@ -55,7 +58,8 @@ def plans_table(plans: Sequence[Plan], chip: Chip, top: int = 5) -> str:
 
 def phases_table(plan: Plan, chip: Chip) -> str:
     """Per phase: the compiler's memory (arguments, temporaries, code, the peak with the roles
-    resident beside it), the roofline terms of one run and the predicted seconds per step."""
+    resident beside it, per chip of the phase's own group), the roofline terms of one run (of
+    every program for the weight sync) and the predicted seconds per step."""
     lines = [
         "| phase | mesh | args GiB | temp GiB | code MiB | peak + resident GiB | runs | "
         "compute s | memory s | comm s | bound | s / step |",

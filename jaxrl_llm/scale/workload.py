@@ -122,9 +122,11 @@ def workload_of(config: ml_collections.ConfigDict, model: ModelConfig | None = N
 
     Raises:
       ValueError: a config the planner cannot size (e.g. multi-turn episodes, whose lengths
-        the environment decides).
+        the environment decides), or a `rollout.forward_batch` that does not divide the
+        step's rows.
     """
     from jaxrl_llm.algorithms import registry
+    from jaxrl_llm.roles.forwards import forward_batch_of
 
     if config.env.name:
         raise ValueError(
@@ -132,6 +134,7 @@ def workload_of(config: ml_collections.ConfigDict, model: ModelConfig | None = N
             "multi-turn episode's length is decided by its environment. Plan its single-turn "
             "equivalent (set rollout.max_new_tokens to the episode's token budget)."
         )
+    forward_batch_of(config)  # names a chunk that does not divide the step's rows
     algorithm = registry.make(config)
     roles = tuple(algorithm.roles)
     if config.rewards.model:

@@ -23,11 +23,14 @@ from jaxrl_llm.sharding.params import (
     variable_sharding,
 )
 from jaxrl_llm.sharding.resharding import (
+    MoveRoute,
     ReshardStats,
     device_bytes,
     live_bytes,
+    move_route,
     no_host_transfers,
     reshard,
+    same_layout,
 )
 from jaxrl_llm.sharding.rules import (
     DECODE_RULES,
@@ -40,6 +43,7 @@ from jaxrl_llm.sharding.rules import (
 __all__ = [
     "DECODE_RULES",
     "TRAIN_RULES",
+    "MoveRoute",
     "ReshardStats",
     "Rules",
     "cache_shardings",
@@ -52,10 +56,12 @@ __all__ = [
     "logical_to_pspec",
     "logical_to_sharding",
     "make_mesh",
+    "move_route",
     "no_host_transfers",
     "optimizer_state_shardings",
     "param_shardings",
     "reshard",
+    "same_layout",
     "shard_model",
     "variable_sharding",
 ]

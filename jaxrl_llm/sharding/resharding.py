@@ -183,10 +183,41 @@ def _transport(x: jax.Array, dst: Sharding) -> tuple[NamedSharding, Sharding]:
     )
 
 
-def _same_layout(x: jax.Array, dst: Sharding) -> bool:
+def same_layout(x, dst: Sharding) -> bool:
+    """Whether `x` (an array or a `jax.ShapeDtypeStruct` with a sharding) is already laid out
+    as `dst`: an equivalent sharding on the same devices in the same order (`reshard` returns
+    such an array as it is)."""
     return _device_order(x.sharding) == _device_order(dst) and x.sharding.is_equivalent_to(
         dst, x.ndim
     )
+
+
+class MoveRoute(NamedTuple):
+    """The steps `reshard` takes to move one array (see the module docstring); the planner
+    compiles the same steps (`jaxrl_llm.scale.weight_sync`).
+
+    Attributes:
+      before: a jitted identity to this layout on the source devices (same devices: the
+        destination itself; other devices: the transport layout), or None.
+      copy: other devices: the layout `jax.device_put` copies into, device to device; else None.
+      after: a jitted identity to the destination on the destination devices, or None.
+    """
+
+    before: Sharding | None
+    copy: Sharding | None
+    after: Sharding | None
+
+
+def move_route(x, dst: Sharding) -> MoveRoute:
+    """The `MoveRoute` of `x` (a `jax.Array`, or a `jax.ShapeDtypeStruct` with a sharding) to
+    `dst`, for an array not yet laid out as `dst`."""
+    if _device_order(x.sharding) == _device_order(dst):
+        return MoveRoute(dst, None, None)
+    if len(x.sharding.device_set) == 1:  # JAX slices on the source device
+        return MoveRoute(None, dst, None)
+    t_src, t_dst = _transport(x, dst)
+    before = None if same_layout(x, t_src) else t_src
+    return MoveRoute(before, t_dst, None if t_dst is dst else dst)
 
 
 def _private(x: jax.Array, dst: Sharding) -> jax.Array:
@@ -203,30 +234,27 @@ def _private(x: jax.Array, dst: Sharding) -> jax.Array:
 
 def _move(x: jax.Array, dst: Sharding, sample) -> jax.Array:
     """A copy of `x` laid out as `dst`, never through the host; shares no buffer with `x`."""
-    if _device_order(x.sharding) == _device_order(dst):
+    route = move_route(x, dst)
+    if route.copy is None:
         # Fresh outputs: the layouts differ, so jit cannot forward `x` itself.
-        return _jit_to(dst)(x).block_until_ready()
+        return _jit_to(route.before)(x).block_until_ready()
     if not (x.is_fully_addressable and dst.is_fully_addressable):
         raise NotImplementedError(
             "reshard between different device sets needs every device addressable by this "
             f"process; got {x.sharding} -> {dst}. Across processes, reshard within one device set."
         )
-    if len(x.sharding.device_set) == 1:
-        # JAX slices on the source device and copies the slices device to device.
-        return jax.device_put(_private(x, dst), dst, may_alias=False).block_until_ready()
-    t_src, t_dst = _transport(x, dst)
-    if _same_layout(x, t_src):
-        mid = _private(x, t_dst)
+    if route.before is None:
+        mid = _private(x, route.copy)
     else:
-        mid = _jit_to(t_src)(x).block_until_ready()
+        mid = _jit_to(route.before)(x).block_until_ready()
     sample()
-    # Each block t_dst needs now sits whole on some source device: a device-to-device copy.
-    moved = jax.device_put(mid, t_dst, may_alias=False).block_until_ready()
+    # Each block of `route.copy` now sits whole on some source device: a device-to-device copy.
+    moved = jax.device_put(mid, route.copy, may_alias=False).block_until_ready()
     sample()
     del mid
-    if t_dst is dst:
+    if route.after is None:
         return moved
-    return _jit_to(dst)(moved).block_until_ready()
+    return _jit_to(route.after)(moved).block_until_ready()
 
 
 def _expand_shardings(dst_shardings: Any, tree: Any, num_leaves: int) -> list[Sharding]:
@@ -313,7 +341,7 @@ def reshard(
             if key in done:  # the same array twice in the tree
                 results[i] = done[key]
                 continue
-            if _same_layout(x, dst):
+            if same_layout(x, dst):
                 results[i] = done[key] = x
                 continue
             out = _move(x, dst, sample)

@@ -30,19 +30,9 @@ import jax.numpy as jnp
 from kernels.logprobs import chunked, pallas_gpu, pallas_tpu
 from kernels.logprobs.config import IMPLEMENTATIONS, BlockConfig, default_config
 from kernels.logprobs.reference import token_logprobs_reference
+from kernels.platforms import platform_backend as default_implementation
 
 __all__ = ["token_logprobs", "token_stats", "default_implementation"]
-
-_PLATFORM_DEFAULT = {"tpu": "pallas_tpu", "gpu": "pallas_gpu", "cuda": "pallas_gpu"}
-
-
-def default_implementation(platform: str | None = None) -> str:
-    """``"pallas_tpu"`` on TPU, ``"pallas_gpu"`` on GPU, ``"xla"`` elsewhere (CPU).
-
-    Args:
-      platform: a jax platform name; None means ``jax.default_backend()``.
-    """
-    return _PLATFORM_DEFAULT.get(platform or jax.default_backend(), "xla")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxrl_llm import advantages, losses
-from jaxrl_llm.algorithms import Algorithm, Experience, get, make, names, register
+from jaxrl_llm.algorithms import Algorithm, Experience, GreedyBaseline, get, make, names, register
 from jaxrl_llm.algorithms.policy_loss import PolicyLossConfig, policy_loss
 from jaxrl_llm.config import config_for, validate_config
 from jaxrl_llm.models import (
@@ -253,7 +253,8 @@ def test_reinforce_pp_batch_is_whitened_discounted_returns():
 
 def test_remax_advantage_is_reward_minus_greedy_reward():
     algorithm = make(_config("remax"))
-    assert algorithm.baseline_rollout and "critic" not in algorithm.roles
+    assert algorithm.collects == (GreedyBaseline(),) and algorithm.baseline_rollout
+    assert "critic" not in algorithm.roles
     experience = Experience(
         _rollout(), np.array([1.0, 0.0], np.float32), 2, baseline_rewards=np.array([1.0, 1.0])
     )

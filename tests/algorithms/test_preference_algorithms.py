@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxrl_llm import losses
-from jaxrl_llm.algorithms import Experience, References, make
+from jaxrl_llm.algorithms import Experience, GoldReferences, References, make
 from jaxrl_llm.algorithms.online_dpo import best_worst_rows
 from jaxrl_llm.config import config_for, validate_config
 from jaxrl_llm.models import init_model, tiny_config
@@ -100,7 +100,7 @@ def test_rrhf_with_references_ranks_each_group_with_its_gold_answer():
     config = config_for("rrhf")
     config.rollout.group_size, config.loss.reference_template = 4, "The answer is {answer}."
     algorithm = make(config)
-    assert algorithm.reference_template == "The answer is {answer}."
+    assert algorithm.collects == (GoldReferences("The answer is {answer}."),)
     rollout = _rollout(rng)
     refs = References(
         tokens=np.full((2, 10), 7, np.int32),

@@ -17,7 +17,7 @@ from jaxrl_llm.algorithms.stabilisers import (
 from jaxrl_llm.config import config_for
 from jaxrl_llm.rewards.runner import RewardOutput
 from jaxrl_llm.rollout.types import Rollout
-from jaxrl_llm.runners.online_sync import Generated
+from jaxrl_llm.runners.collectors import Generated
 from jaxrl_llm.runners.stabilisers import take_groups
 
 

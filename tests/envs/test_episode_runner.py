@@ -1,5 +1,6 @@
 """`python -m jaxrl_llm.main`'s episode runs on tiny configs: tool use with SFT warm-up, and
-Multi-IF with turn-level credit; a rerun in the same workdir resumes."""
+Multi-IF with turn-level credit; a rerun in the same workdir resumes. Episodes under the
+asynchronous schedule keep the staleness bound."""
 
 import json
 import os
@@ -8,8 +9,9 @@ import sys
 
 import pytest
 
-from jaxrl_llm.config import load_config, validate_config
-from jaxrl_llm.runners.online_sync import train
+from jaxrl_llm.config import validate_config
+from jaxrl_llm.runners import load_config, restore_policy, train
+from jaxrl_llm.runners.staleness import behaviour_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -83,3 +85,43 @@ def test_bad_env_fields_are_named(field, value, message):
         from jaxrl_llm.envs.tasks import episode_task
 
         episode_task(config)
+
+
+def test_episodes_run_asynchronously_within_the_staleness_bound(tmp_path):
+    k, steps = 2, 4
+    config = load_config(
+        os.path.join(ROOT, "experiments/configs/multi_if_tiny.py"),
+        {
+            "train.num_steps": steps,
+            "eval.before": False,
+            "eval.after": False,
+            "async_rl.enabled": True,
+            "async_rl.max_staleness": k,
+            "off_policy.correction": "decoupled_ppo",
+        },
+    )
+    summary = train(config, str(tmp_path), progress=False)
+    rows = [r for r in _rows(str(tmp_path)) if "train/loss" in r]
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    for row in rows:
+        s = row["step"] - 1
+        assert row["async/version"] == behaviour_version(s, k)
+        assert row["async/staleness"] == min(s, k) <= k
+        assert row["episode/turns"] >= 1 and "turn0/score" in row  # episodes, turn credit
+        assert row["train/rows"] == config.rollout.num_prompts * config.rollout.group_size
+    histogram = summary["async"]["staleness_histogram"]
+    assert sum(histogram.values()) == steps * 8 and max(histogram) == k
+    # The episodes' rewards have spread, so stale steps train on another policy's episodes.
+    stale = [r for r in rows if r["async/staleness"] > 0]
+    assert stale and all(r["train/off_policy/kl_behaviour"] > 0 for r in stale)
+    assert restore_policy(str(tmp_path)).step == steps
+
+
+def test_episodes_refuse_inflight_weight_updates():
+    config = load_config(os.path.join(ROOT, "experiments/configs/multi_if_tiny.py"))
+    with config.unlocked():
+        config.async_rl.enabled = True
+        config.async_rl.inflight_updates = True
+        config.async_rl.deterministic = False
+    with pytest.raises(ValueError, match=r"config\.async_rl\.inflight_updates"):
+        validate_config(config)

@@ -6,7 +6,14 @@ import os
 import pytest
 
 from jaxrl_llm.config import apply_overrides, config_for, validate_config
-from jaxrl_llm.data.presets import PRESETS, resolve_task, task_names, task_source
+from jaxrl_llm.data.presets import (
+    PRESETS,
+    TaskPreset,
+    register_preset,
+    resolve_task,
+    task_names,
+    task_source,
+)
 from jaxrl_llm.runners.lifecycle import check_resumable
 
 
@@ -77,3 +84,16 @@ def test_a_run_that_spelled_out_the_preset_fields_still_resumes(tmp_path):
         json.dump(saved, f)
     os.makedirs(tmp_path / "checkpoints" / "5")
     check_resumable(config, str(tmp_path))
+
+
+def test_a_preset_registered_outside_is_resolved_like_a_built_in_one():
+    kwargs = {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}
+    register_preset("gcd_to_20", TaskPreset("gcd", kwargs, "gcd of two numbers up to 20"))
+    assert PRESETS["gcd_to_20"].kwargs == kwargs and "gcd_to_20" in task_names()
+    assert resolve_task("gcd_to_20", {"max_value": 30}) == ("gcd", {**kwargs, "max_value": 30})
+    source = task_source("gcd_to_20", seed=0, size=20)
+    assert max(int(x) for ex in source for x in ex.metadata["metadata"]["numbers"]) <= 20
+    with pytest.raises(ValueError, match=r"'gdc' is not a reasoning-gym task.*'gcd'"):
+        register_preset("bad", TaskPreset("gdc", {}, ""))
+    with pytest.raises(ValueError, match=r"takes no \['max_vlue'\]"):
+        register_preset("bad", TaskPreset("gcd", {"max_vlue": 3}, ""))

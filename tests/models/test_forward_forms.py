@@ -12,10 +12,11 @@ import pytest
 from flax import nnx
 
 from jaxrl_llm.models import REMAT_POLICIES, init_model, tiny_config
-from jaxrl_llm.models.layers import decode_attention, dense, grouped_query_attention
+from jaxrl_llm.models.layers import dense, grouped_query_attention
 from jaxrl_llm.models.transformer import remat_policy
 from jaxrl_llm.rollout import GenerationConfig, Generator
 from jaxrl_llm.rollout.engine import PaddedInputs, _generate_padded
+from kernels.decode_attention import masked_decode_attention
 
 RNG = np.random.default_rng(0)
 
@@ -48,7 +49,7 @@ def test_decode_attention_equals_grouped_query_attention(position):
     positions = jnp.asarray([position, min(position + 3, s - 1), 0], jnp.int32)
     mask_b1s = jnp.arange(s)[None, None, :] <= positions[:, None, None]
     expected = grouped_query_attention(q[:, None], keys, values, mask_b1s)[:, 0]
-    got = decode_attention(q, keys, values, positions)
+    got = masked_decode_attention(q, keys, values, positions + 1)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-6)
 
 

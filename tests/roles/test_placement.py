@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrl_llm.config import config_for, load_config, make_tiny
+from jaxrl_llm.config import config_for, make_tiny
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.rewards import RewardRunner
 from jaxrl_llm.roles import Learner, RolloutWorker, make_placement, validate_placement
-from jaxrl_llm.runners import TIME_KEYS, train
+from jaxrl_llm.runners import TIME_KEYS, load_config, train
 from jaxrl_llm.sharding import no_host_transfers
 from jaxrl_llm.training import make_optimizer
 

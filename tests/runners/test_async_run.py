@@ -11,9 +11,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from jaxrl_llm.config import load_config
-from jaxrl_llm.runners import restore_policy, train
-from jaxrl_llm.runners.online_async import AsyncRun
+from jaxrl_llm.runners import load_config, restore_policy, train
+from jaxrl_llm.runners.online_run import OnlineRun
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.staleness import behaviour_version
 from tests.run_helpers import (
@@ -177,7 +176,7 @@ def test_sigkill_and_resume_reproduce_a_stale_run_exactly(tmp_path, k):
 
 
 def _failing_generator(fail_at, action):
-    original = AsyncRun.generate
+    original = OnlineRun.generate
 
     def generate(self, step, params, **kwargs):
         if step == fail_at:
@@ -192,7 +191,7 @@ def _raise():
 
 
 def test_a_generator_that_raises_stops_the_run_and_keeps_the_last_step(tmp_path, monkeypatch):
-    monkeypatch.setattr(AsyncRun, "generate", _failing_generator(3, _raise))
+    monkeypatch.setattr(OnlineRun, "generate", _failing_generator(3, _raise))
     config = _config(
         steps=5,
         **{"async_rl.enabled": True, "async_rl.max_staleness": 0, "train.checkpoint_every": 100},
@@ -207,7 +206,7 @@ def test_a_generator_that_raises_stops_the_run_and_keeps_the_last_step(tmp_path,
 
 def test_a_stalled_generator_stops_the_run_within_the_timeout(tmp_path, monkeypatch, capsys):
     # The timeout must exceed the first learner step's compilation, which the generator waits on.
-    monkeypatch.setattr(AsyncRun, "generate", _failing_generator(2, lambda: time.sleep(120)))
+    monkeypatch.setattr(OnlineRun, "generate", _failing_generator(2, lambda: time.sleep(120)))
     config = _config(
         steps=4,
         **{

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from jaxrl_llm import sweeps
-from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.models import resolve_model_path
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
@@ -23,7 +22,7 @@ from jaxrl_llm.rollout.chat import completion_texts
 from jaxrl_llm.rollout.types import Rollout
 from jaxrl_llm.runners import train
 from jaxrl_llm.runners.components import load_policy
-from jaxrl_llm.runners.stages import validate_stage
+from jaxrl_llm.runners.stages import load_config, validate_stage
 from tests.run_helpers import ROOT
 
 CONFIGS = os.path.join(ROOT, "experiments", "configs")

@@ -5,9 +5,8 @@ import os
 
 import pytest
 
-from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import run_stage
+from jaxrl_llm.runners import load_config, run_stage
 from tests.run_helpers import ROOT
 
 PIPELINE_TINY = os.path.join(ROOT, "experiments", "configs", "pipeline_tiny.py")

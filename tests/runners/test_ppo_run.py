@@ -3,9 +3,8 @@ checkpointed, a resumed run repeats the uninterrupted one, and critic warm-up fr
 
 import numpy as np
 
-from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import TIME_KEYS, train
+from jaxrl_llm.runners import TIME_KEYS, load_config, train
 
 TINY_PPO = "experiments/configs/ppo_tiny.py"
 

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrl_llm.config import load_config
 from jaxrl_llm.data.pairs import Pair, write_pairs_jsonl
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.roles import Learner, make_placement
-from jaxrl_llm.runners import TIME_KEYS, run_stage, train
+from jaxrl_llm.runners import TIME_KEYS, load_config, run_stage, train
 from jaxrl_llm.runners.self_training import accepted_records
 from jaxrl_llm.training import make_optimizer
 from tests.run_helpers import ROOT

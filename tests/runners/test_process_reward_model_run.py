@@ -8,14 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.models import resolve_model_path
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model, save_scalar_model
 from jaxrl_llm.rewards.process import ProcessReward, step_token_ends
 from jaxrl_llm.rewards.refinement import refine_rewards
-from jaxrl_llm.runners import run_stage, train
+from jaxrl_llm.runners import load_config, run_stage, train
 from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.process_reward_model import read_step_labels
 from tests.run_helpers import ROOT

@@ -8,12 +8,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from jaxrl_llm.config import load_config
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
 from jaxrl_llm.models.heads import load_scalar_model
-from jaxrl_llm.runners import run_stage
+from jaxrl_llm.runners import load_config, run_stage
 from jaxrl_llm.runners.reward_model import spread_pairs
-from jaxrl_llm.runners.supervised import padded_width, split_by_group
+from jaxrl_llm.runners.stage_data import padded_width, split_by_group
 from tests.run_helpers import ROOT
 
 RM_TINY = os.path.join(ROOT, "experiments", "configs", "rm_tiny.py")

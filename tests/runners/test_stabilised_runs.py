@@ -6,9 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from jaxrl_llm.config import load_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import train
+from jaxrl_llm.runners import load_config, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")

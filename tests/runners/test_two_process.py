@@ -11,9 +11,8 @@ import sys
 
 import pytest
 
-from jaxrl_llm.config import load_config
 from jaxrl_llm.distributed import free_port
-from jaxrl_llm.runners import train
+from jaxrl_llm.runners import load_config, train
 from tests.run_helpers import ROOT, assert_same_steps, rows_by_step, wait_for_step
 
 ASYNC_TINY = os.path.join(ROOT, "experiments", "configs", "grpo_async_tiny.py")
@@ -36,7 +35,7 @@ def odd_length(prompt, completion, example):
     return float(len(completion) % 2)
 components.build_rewards = lambda config: RewardRunner({"task": odd_length}, timeout_s=None)
 import os
-from jaxrl_llm.runners.online_sync import OnlineRun
+from jaxrl_llm.runners.online_run import OnlineRun
 real_generate = OnlineRun.generate
 def failing_generate(self, step, params, **kwargs):
     if step == int(os.environ.get("FAIL_GENERATOR_AT", -1)) and os.environ["JAX_PROCESS_ID"] == "1":

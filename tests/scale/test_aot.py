@@ -3,7 +3,9 @@ the library's own programs: memory, collectives, FSDP gathered one layer at a ti
 unembedding never gathered whole, LoRA's smaller state, the decode loop's per-step collectives
 and the train -> decode reshard."""
 
+import jax
 import pytest
+from flax import nnx
 
 from jaxrl_llm.config import config_for, make_tiny
 from jaxrl_llm.models import tiny_config
@@ -11,12 +13,14 @@ from jaxrl_llm.scale import (
     actor_train_program,
     analyze,
     chip,
-    critic_programs,
+    critic_train_program,
+    critic_values_program,
     reference_program,
     reshard_programs,
     rollout_program,
     workload_of,
 )
+from jaxrl_llm.scale.programs import abstract_policy
 from jaxrl_llm.sharding import make_mesh
 
 MODEL = tiny_config(vocab_size=512, hidden_size=64, num_layers=3, dtype="bfloat16")
@@ -75,25 +79,43 @@ def test_decode_program_sharded_cache_and_per_step_collectives(mesh):
     assert report.comm_seconds(chip("v5e"), per_iteration=True) > 0
 
 
-def test_reference_and_critic_forwards_compile(mesh):
-    assert analyze(reference_program(_workload(), mesh)).peak_bytes > 0
-    values, train = critic_programs(_workload("ppo"), mesh)
-    assert analyze(values).phase == "critic_values"
-    assert analyze(train).runs == 2  # one update per minibatch
+def test_reference_and_critic_forwards_compile_per_chunk(mesh):
+    whole = reference_program(_workload(), mesh)
+    assert whole.runs == 1 and analyze(whole).peak_bytes > 0
+    chunked = reference_program(_workload(), mesh, rows=4)  # 8 rows: two chunks of 4
+    assert chunked.runs == 2 and chunked.key != whole.key
+    assert analyze(critic_values_program(_workload("ppo"), mesh, rows=4)).phase == "critic_values"
+    assert analyze(critic_train_program(_workload("ppo"), mesh)).runs == 2  # one per minibatch
 
 
 def test_reshard_same_devices_and_split_groups(v5e_2x2, mesh):
+    """The weight sync as `RolloutWorker.sync` runs it: mixed precision casts the float32
+    master weights first; same chips move by jitted identities (all-gathers over the FSDP
+    axis); split groups send to a transport layout and copy device to device."""
     workload = _workload()
+    workload = workload._replace(model=MODEL.replace(param_dtype="float32"))
     decode_mesh = make_mesh((1, 4), ("data", "model"), devices=v5e_2x2.devices)
     same = reshard_programs(workload, mesh, decode_mesh)
-    reports = [analyze(p) for p in same]
-    assert sum(p.runs for p in same) > 0
+    phases = {p.phase for p in same.programs}
+    assert phases == {"reshard_cast", "reshard"} and same.copy_bytes == 0
+    reports = [analyze(p) for p in same.programs]
     assert any(op.kind == "all-gather" for r in reports for op in r.collectives)
+    cast = [r for r in reports if r.phase == "reshard_cast"]
+    cast_programs = [p for p in same.programs if p.phase == "reshard_cast"]
+    # The cast copy: every weight in bfloat16, split over the 4 chips of the train layout (at
+    # least: TPU layouts pad a tiny model's small dimensions to whole tiles).
+    params = MODEL.num_params()
+    weights = nnx.state(abstract_policy(workload), nnx.Param)
+    assert sum(p.runs for p in cast_programs) == len(jax.tree.leaves(weights))  # every one cast
+    assert sum(r.output_bytes * r.runs for r in cast) >= params * 2 / 4
     train = make_mesh((1, 2), ("data", "model"), devices=v5e_2x2.devices[:2])
-    gen = make_mesh((1, 2), ("data", "model"), devices=v5e_2x2.devices[2:])
+    gen = make_mesh((2, 1), ("data", "model"), devices=v5e_2x2.devices[2:])
     split = reshard_programs(workload, train, gen)
-    assert all(p.transfer_bytes > 0 for p in split)
-    [analyze(p) for p in split]
+    # Every weight lands whole on each generator chip (replicated decode layout).
+    assert split.copy_bytes == pytest.approx(params * 2, rel=0.05)
+    assert split.decode_bytes == pytest.approx(params * 2, rel=0.05)
+    assert "reshard" not in {p.phase for p in split.programs}
+    [analyze(p) for p in split.programs]
 
 
 def test_layout_kernels_off_lowers_without_the_pallas_kernels(mesh):

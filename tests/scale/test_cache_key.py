@@ -7,7 +7,7 @@ from jax.sharding import Mesh
 
 from jaxrl_llm.config import apply_overrides, config_for
 from jaxrl_llm.models import ModelConfig
-from jaxrl_llm.scale.programs import _key
+from jaxrl_llm.scale.programs import program_key
 from jaxrl_llm.scale.workload import workload_of
 
 MESH = Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
@@ -18,7 +18,7 @@ MODEL = ModelConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_la
 
 def key_of(overrides) -> str:
     config = apply_overrides(config_for("grpo"), overrides)
-    return _key(workload_of(config, MODEL), "actor_train", MESH)
+    return program_key(workload_of(config, MODEL), "actor_train", MESH)
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,13 @@ def test_every_traced_field_changes_the_key(field, value):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("seed", 3), ("train.checkpoint_every", 7), ("eval.every", 5), ("task.name", "gcd")],
+    [
+        ("seed", 3),
+        ("train.checkpoint_every", 7),
+        ("eval.every", 5),
+        ("task.name", "gcd"),
+        ("rollout.decode_batch", 8),  # a chunk enters a key as the program's rows
+    ],
 )
 def test_fields_no_program_reads_leave_the_key(field, value):
     assert key_of({field: value}) == key_of({})

@@ -3,10 +3,12 @@ programs without loops (where `cost_analysis()` counts everything once)."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 
 from jaxrl_llm.models import ModelConfig, init_model
+from jaxrl_llm.rollout import GenerationConfig, Generator
 from jaxrl_llm.scale import Chip, PhaseCost, costs, roofline
 from jaxrl_llm.training.logprobs import sequence_logprobs
 
@@ -72,20 +74,68 @@ def test_train_step_flops_match_xla():
     assert ours == pytest.approx(xla, rel=0.02)
 
 
-def test_decode_reads_the_whole_cache_without_a_kernel_and_the_filled_part_with_one():
+def test_decode_reads_the_whole_cache_without_a_kernel_and_the_filled_blocks_with_one():
+    """64-token prompts, 65 new tokens: 64 decode steps over a 128-slot cache. XLA reads all
+    128 slots at every step; the kernel (32-slot blocks) the blocks holding the 64 + j filled
+    slots: 96 slots at steps 1-32, 128 at steps 33-64."""
     split = costs.split_of(CONFIG, 8, 1, 1, fsdp=False)
-    plain = costs.decode_cost(CONFIG, 8, 2, prompt_len=64, response_len=64, split=split)
-    kernel = costs.decode_cost(CONFIG, 8, 2, prompt_len=64, response_len=64, split=split,
-                               attention_kernel=True)  # fmt: skip
+    shapes = dict(prompt_len=64, response_len=65, split=split)
+    plain = costs.decode_cost(CONFIG, 8, 2, **shapes)
+    kernel = costs.decode_cost(CONFIG, 8, 2, **shapes, attention_kernel=True, kernel_block=32)
     assert plain.decode.steps == kernel.decode.steps == 64
     cache_per_token = 2 * CONFIG.num_layers * CONFIG.num_kv_heads * CONFIG.head_dim * 4
-    weights = plain.step_floor.hbm_bytes - 8 * 128 * cache_per_token
-    assert weights == pytest.approx(
-        sum(costs.layer_params(CONFIG)) * 4 + CONFIG.hidden_size * CONFIG.vocab_size * 4
-    )
-    # Mean context with a kernel: prompt + half the response = 96 of 128 slots.
+    weights = sum(costs.layer_params(CONFIG)) * 4 + CONFIG.hidden_size * CONFIG.vocab_size * 4
+    assert plain.step_floor.hbm_bytes == pytest.approx(weights + 8 * 128 * cache_per_token)
+    assert kernel.step_floor.hbm_bytes == pytest.approx(weights + 8 * 96 * cache_per_token)
+    assert plain.decode.hbm_bytes == pytest.approx(64 * weights + 8 * 64 * 128 * cache_per_token)
     saved = plain.decode.hbm_bytes - kernel.decode.hbm_bytes
-    assert saved == pytest.approx(64 * 8 * (128 - 96) * cache_per_token)
+    assert saved == pytest.approx(8 * (64 * 128 - (32 * 96 + 32 * 128)) * cache_per_token)
+    # The score FLOPs follow the keys read: 4 N H per key and row.
+    score = 4 * CONFIG.num_heads * CONFIG.head_dim
+    assert plain.decode.flops - kernel.decode.flops == pytest.approx(
+        saved / cache_per_token * score
+    )
+
+
+def test_compaction_stages_shrink_the_decode_batch_as_rows_finish():
+    """Six rows of 2 tokens and two of 5, stages 8 / 4 / 2: step 1 decodes all 8 rows; before
+    step 2 two rows are live, so the batch drops to 2 (4 would still hold them) for steps 2-4:
+    14 row-steps against 32 without compaction, and the weights read at each of the 4 steps."""
+    lengths = [2] * 6 + [5] * 2
+    np.testing.assert_array_equal(costs.decode_step_batches(lengths, (8, 4, 2)), [8, 2, 2, 2])
+    np.testing.assert_array_equal(costs.decode_step_batches(lengths), [8, 8, 8, 8])
+    split = costs.split_of(CONFIG, 8, 1, 1, fsdp=False)
+    shapes = dict(prompt_len=16, response_len=5, split=split, response_lengths=lengths)
+    compacted = costs.decode_cost(CONFIG, 8, 8, **shapes, stages=(8, 4, 2))
+    dense = costs.decode_cost(CONFIG, 8, 8, **shapes)
+    cache_per_token = 2 * CONFIG.num_layers * CONFIG.num_kv_heads * CONFIG.head_dim * 4
+    weights = sum(costs.layer_params(CONFIG)) * 4 + CONFIG.hidden_size * CONFIG.vocab_size * 4
+    slots = 16 + 5 - 1
+    assert compacted.decode.steps == dense.decode.steps == 4
+    assert compacted.decode.hbm_bytes == pytest.approx(4 * weights + 14 * slots * cache_per_token)
+    assert dense.decode.hbm_bytes == pytest.approx(4 * weights + 32 * slots * cache_per_token)
+    per_row_step = (dense.decode.flops - compacted.decode.flops) / (32 - 14)
+    assert compacted.decode.flops == pytest.approx(14 * per_row_step)
+
+
+def test_decode_batches_counted_as_the_engine_decodes():
+    """The compacting engine's own count of decode row-steps (`DecodeWork`) for rows that end
+    at random EOS tokens equals the cost model's, from the same lengths and stages."""
+    model = init_model(ModelConfig(vocab_size=16, hidden_size=32, intermediate_size=64,
+                                   num_layers=1, num_heads=2, num_kv_heads=1))  # fmt: skip
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(1, 16, 5).tolist() for _ in range(16)]
+    config = GenerationConfig(max_new_tokens=24, temperature=1.0, eos_ids=(3,),
+                              min_compact_batch=2)  # fmt: skip
+    generator = Generator(model, config)
+    rollout, work = generator.generate_with_work(prompts, seed=1)
+    lengths = np.asarray(rollout.lengths)
+    assert len(set(lengths.tolist())) > 4  # rows of many lengths
+    stages = generator.program_options(16, copies_rows=False).stages
+    batches = costs.decode_step_batches(lengths, stages)
+    assert len(stages) == 4 and batches.min() < 16  # the batch did shrink
+    assert int(work.decode_row_steps) == batches.sum()
+    assert int(work.decode_steps) == len(batches)
 
 
 def test_scalar_head_phases_have_no_unembedding():

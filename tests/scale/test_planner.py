@@ -1,6 +1,7 @@
 """The placement search on a v5e 2x2 slice with a small model: a plan over the chip's HBM is
-rejected with the compiler's figure, the rest ranked by predicted step time; the command line
-writes the chosen placement; bad input gets one line naming it."""
+rejected with the compiler's figure, the rest ranked by predicted step time; the weight sync is
+compiled and its memory counted per chip group; the frozen forwards' chunk is chosen like the
+decode's; the command line writes the chosen placement; bad input gets one line naming it."""
 
 import json
 import os
@@ -12,7 +13,8 @@ import pytest
 from jaxrl_llm.config import config_for, make_tiny
 from jaxrl_llm.models import tiny_config
 from jaxrl_llm.scale import Candidate, Searcher, divisibility_notes, workload_of
-from jaxrl_llm.scale.planner import estimate_peak_bytes, refusal
+from jaxrl_llm.scale.placements import estimate_peak_bytes
+from jaxrl_llm.scale.planner import refusal
 
 # Big enough that replicated weights outweigh the code and caches of a tiny program.
 MODEL = tiny_config(vocab_size=32768, hidden_size=256, intermediate_size=512, num_layers=2,
@@ -74,6 +76,88 @@ def test_plans_rank_by_predicted_step_time(v5e_2x2):
         assert plan.decode_ms_per_token > 0
 
 
+def test_the_weight_sync_is_compiled_with_the_plan(v5e_2x2):
+    """Colocated, mixed precision: the sync casts the float32 master weights (a bfloat16 copy
+    in the train layout) and moves them into the decode layout with collectives (XLA picks
+    all-to-alls and permutes for FSDP x TP -> TP over 4 chips); its peak holds the
+    learner's state, the cast copy and the decode copy at once, and its time comes from the
+    compiled programs."""
+    workload = _workload()._replace(model=MODEL.replace(param_dtype="float32"))
+    searcher = Searcher(workload, v5e_2x2, log=lambda _: None)
+    plan = searcher.evaluate(COLOCATED_TP4)
+    assert plan.fits and "reshard_receive" not in plan.phases  # one chip group
+    sync = plan.phases["reshard"]
+    report = sync.report
+    assert report.phase == "reshard" and report.compile_seconds >= 0
+    assert report.collectives and report.compiler_bytes > 0
+    actor = searcher.state_bytes("actor_train", (2, 2), (0, 4))
+    decode_copy = searcher.state_bytes("rollout", (1, 4), (0, 4))
+    cast_copy = MODEL.num_params() * 2 / 4  # bfloat16, FSDP x TP over 4 chips
+    assert report.output_bytes >= cast_copy + 0.9 * decode_copy
+    assert sync.peak_bytes >= actor + report.output_bytes
+    assert sync.seconds == pytest.approx(sync.roofline.seconds) and sync.seconds > 0
+    assert sync.roofline.comm_s > 0 and sync.roofline.memory_s > 0
+    assert plan.step_seconds == pytest.approx(sum(p.seconds for p in plan.phases.values()))
+
+
+def test_a_split_sync_counts_each_chip_group_on_its_own(v5e_2x2):
+    """Split 2 + 2, the decode layout replicated: the learner's chips hold the actor's state and
+    one array in flight, the generator's the decode copy; neither holds the other's bytes."""
+    model = tiny_config(vocab_size=1024, hidden_size=256, intermediate_size=1024, num_layers=4,
+                        num_heads=4, num_kv_heads=4, dtype="bfloat16")  # fmt: skip
+    workload = _workload()._replace(model=model)  # no array above a quarter of the weights
+    searcher = Searcher(workload, v5e_2x2, log=lambda _: None)
+    plan = searcher.evaluate(Candidate("split", (1, 2), (2, 1), (0, 2), (2, 2)))
+    assert plan.fits, plan.reason
+    actor = searcher.state_bytes("actor_train", (1, 2), (0, 2))
+    decode_copy = searcher.state_bytes("rollout", (2, 1), (2, 2))  # every weight, whole
+    learner, generator = plan.phases["reshard"], plan.phases["reshard_receive"]
+    assert actor <= learner.peak_bytes < actor + 0.5 * decode_copy
+    assert decode_copy <= generator.peak_bytes < decode_copy + 0.5 * actor
+    assert generator.roofline.comm_s > 0  # the copy between the groups
+    assert plan.step_seconds == pytest.approx(sum(p.seconds for p in plan.phases.values()))
+
+
+def _ppo_workload():
+    """PPO with 256 rows of 120 tokens a step and a train step of 4 rows: the reference's and
+    the critic's forwards over the whole step take more memory than any other phase. (120, not
+    128: the splash kernel, which tiles 128, refuses the tests' "highest" matmul precision.)"""
+    config = make_tiny(config_for("ppo"))
+    with config.unlocked():
+        config.model.dtype = "bfloat16"
+        config.rollout.num_prompts = 64
+        config.rollout.min_prompt_bucket = 104
+        config.rollout.max_new_tokens = 16
+        config.train.num_minibatches = 64
+        config.rollout.compaction = False  # one decode loop to compile, not one per stage
+    return workload_of(config, MODEL)
+
+
+def test_the_forward_chunk_is_chosen_like_the_decode_chunk(v5e_2x2):
+    roomy = Searcher(_ppo_workload(), v5e_2x2, log=lambda _: None)
+    whole = roomy.evaluate(COLOCATED_TP4)
+    assert whole.fits and whole.candidate.forward_batch == 0
+    assert whole.phases["reference"].report.runs == 1
+    assert "--config.rollout.forward_batch=0" in whole.overrides()
+    # A chip whose budget falls between the reference's need at 256 and at 128 rows.
+    need_all = whole.phases["reference"].peak_bytes
+    half = roomy.report("reference", (2, 2), (0, 4), 128)
+    need_half = need_all - whole.phases["reference"].report.peak_bytes + half.peak_bytes
+    others = [p.peak_bytes for k, p in whole.phases.items()
+              if k not in ("reference", "critic_values", "rollout")]  # fmt: skip
+    budget = (need_all + need_half) / 2
+    assert need_half < budget < need_all and max(others) < budget
+    small = v5e_2x2._replace(chip=v5e_2x2.chip.replace(hbm_bytes=budget / 0.95))
+    tight = Searcher(_ppo_workload(), small, log=lambda _: None, prescreen=float("inf"))
+    tight._reports = roomy._reports  # compiled once
+    plan = tight.evaluate(COLOCATED_TP4)
+    assert plan.fits, plan.reason
+    assert plan.candidate.forward_batch == 128 and "(forwards 128 rows)" in plan.candidate.label()
+    assert plan.phases["reference"].report.runs == plan.phases["critic_values"].report.runs == 2
+    assert plan.phases["reference"].peak_bytes == pytest.approx(need_half)
+    assert "--config.rollout.forward_batch=128" in plan.overrides()
+
+
 def test_mesh_larger_than_the_topology(v5e_2x2):
     searcher = Searcher(_workload(), v5e_2x2, log=lambda _: None)
     with pytest.raises(ValueError, match="does not fit v5e-4 \\(4 chips\\)"):
@@ -91,8 +175,9 @@ def test_dimensions_that_do_not_divide_are_named():
 def _plan(*args, tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
+    config = [] if "--config" in args else ["--config", "experiments/configs/grpo_tiny.py"]
     return subprocess.run(
-        [sys.executable, "-m", "jaxrl_llm.plan", "--config", "experiments/configs/grpo_tiny.py",
+        [sys.executable, "-m", "jaxrl_llm.plan", *config,
          f"--cache_dir={tmp_path / 'cache'}", *args],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
@@ -108,6 +193,7 @@ def test_command_line_writes_the_chosen_placement(v5e_2x2, tmp_path):
     assert placement == {"mode": "colocated", "train_mesh": [2, 2], "rollout_mesh": [2, 2]}
     overrides = json.load(open(tmp_path / "plan" / "overrides.json"))
     assert overrides["rollout.decode_batch"] == 0
+    assert "rollout.forward_batch" not in overrides  # GRPO without KL: no frozen forward
     # The rerun reads every compiled report from the cache.
     again = _plan("--topology", "v5e-4", "--modes", "colocated", "--tensor_parallel", "2",
                   tmp_path=tmp_path)  # fmt: skip
@@ -161,6 +247,16 @@ def test_the_planned_executables_are_kept_for_the_slice(v5e_2x2, tmp_path):
                 "1,2",
             ],
             "--train_mesh must be two positive ints",
+        ),  # fmt: skip
+        (
+            [
+                "--config",
+                "experiments/configs/ppo_llama8b_pod.py",
+                "--topology",
+                "v5e-64",
+                "--config.rollout.forward_batch=3",
+            ],
+            "config.rollout.forward_batch=3 must divide the 1024 rows of a step",
         ),  # fmt: skip
     ],
 )

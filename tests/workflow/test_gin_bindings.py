@@ -11,9 +11,9 @@ import pytest
 
 from jaxrl_llm import gin_bindings
 from jaxrl_llm.algorithms import grpo
-from jaxrl_llm.config import config_for, grpo_config, load_config
+from jaxrl_llm.config import config_for, grpo_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import train
+from jaxrl_llm.runners import load_config, train
 from jaxrl_llm.runners.components import build_rewards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from jaxrl_llm import gin_bindings, launch, plots, sweeps
+from jaxrl_llm import gin_bindings, launch, launch_backends, launch_plan, plots, sweeps
 from jaxrl_llm.metrics import MetricsWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -93,7 +93,7 @@ def test_check_trials_names_the_bad_trial(tmp_path):
 
 def test_plan_builds_one_command_per_trial(tmp_path):
     trials = [{"loss.advantage": "rloo", "eval.before": False, "gin/format_reward.max_chars": 9}]
-    [trial] = launch.plan(
+    [trial] = launch_plan.plan(
         TINY,
         trials,
         str(tmp_path),
@@ -114,8 +114,8 @@ def test_plan_builds_one_command_per_trial(tmp_path):
         "--gin_bindings=optimizer.b2 = 0.9",
         "--gin_bindings=format_reward.max_chars = 9",
     ]
-    assert launch.flag_value(1e-5) == "1e-05" and launch.parse_value("1e-5") == 1e-5
-    assert launch.parse_value("rloo") == "rloo" and launch.parse_value("False") is False
+    assert launch_plan.flag_value(1e-5) == "1e-05" and launch_plan.parse_value("1e-5") == 1e-5
+    assert launch_plan.parse_value("rloo") == "rloo" and launch_plan.parse_value("False") is False
 
 
 def _fake_trials(tmp_path, codes):
@@ -130,7 +130,9 @@ def _fake_trials(tmp_path, codes):
             f"print('trial {i}'); sys.exit({code})"
         )
         trials.append(
-            launch.Trial(i, f"{i:03d}", {"seed": i}, workdir, (sys.executable, "-c", script), 1)
+            launch_plan.Trial(
+                i, f"{i:03d}", {"seed": i}, workdir, (sys.executable, "-c", script), 1
+            )
         )
     return trials
 
@@ -138,7 +140,7 @@ def _fake_trials(tmp_path, codes):
 def test_run_local_bounds_parallelism_and_records_failures(tmp_path):
     trials = _fake_trials(tmp_path, [0, 0, 3, 0, 0])
     messages = []
-    results = launch.run_local(trials, parallel=2, poll_s=0.02, log=messages.append)
+    results = launch_backends.run_local(trials, parallel=2, poll_s=0.02, log=messages.append)
     assert [r.status for r in results] == ["ok", "ok", "failed", "ok", "ok"]
     assert [r.returncode for r in results] == [0, 0, 3, 0, 0]
     spans = [json.load(open(os.path.join(t.workdir, "times.json"))) for t in trials]
@@ -157,8 +159,8 @@ def test_finished_trials_are_reused(tmp_path):
     os.makedirs(trial.workdir)
     with open(os.path.join(trial.workdir, "summary.json"), "w") as f:
         json.dump({"steps": 1}, f)
-    assert [r.status for r in launch.run_local([trial])] == ["reused"]
-    assert [r.status for r in launch.run_local([trial], rerun=True)] == ["ok"]
+    assert [r.status for r in launch_backends.run_local([trial])] == ["reused"]
+    assert [r.status for r in launch_backends.run_local([trial], rerun=True)] == ["ok"]
 
 
 def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
@@ -174,8 +176,8 @@ def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
         writer.write_scalars(2, {"eval/accuracy": 0.125 * (t.index + 1)})
         writer.close()
     results = [
-        launch.TrialResult(trials[0], "ok", 0, 1.0),
-        launch.TrialResult(trials[1], "failed", 1, 2.0),
+        launch_backends.TrialResult(trials[0], "ok", 0, 1.0),
+        launch_backends.TrialResult(trials[1], "failed", 1, 2.0),
     ]
     csv_path, md_path = launch.write_summary(str(tmp_path), results)
     rows = list(csv.DictReader(open(csv_path)))
@@ -196,7 +198,7 @@ def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
 def test_xmanager_job_script_keeps_the_log_and_exit_code(tmp_path):
     """What XManager's local executor runs for a trial (`/bin/sh -c ...`), run here without it."""
     [trial] = _fake_trials(tmp_path, [5])
-    args = launch.xm_job_args(trial)
+    args = launch_backends.xm_job_args(trial)
     assert args[0] == "-c"
     proc = subprocess.run(["/bin/sh", *args], timeout=60)
     assert proc.returncode == 5
@@ -211,13 +213,17 @@ def test_xmanager_launcher_runs_local_binaries(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # XManager's sqlite database goes under ~/.xmanager
     trials = _fake_trials(tmp_path, [0, 2, 0])
     start = time.time()
-    results = launch.run_xmanager(trials, parallel=2, log=lambda m: None)
+    results = launch_backends.run_xmanager(trials, parallel=2, log=lambda m: None)
     assert [r.status for r in results] == ["ok", "failed", "ok"]
     assert [r.returncode for r in results] == [0, 2, 0]
     assert time.time() - start < 60
 
 
-@pytest.mark.parametrize("module", [gin_bindings, launch, plots, sweeps], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module",
+    [gin_bindings, launch, launch_backends, launch_plan, plots, sweeps],
+    ids=lambda m: m.__name__,
+)
 def test_public_names_have_docstrings(module):
     assert module.__doc__ and module.__doc__.strip()
     for name, obj in vars(module).items():

@@ -1,24 +1,27 @@
-"""The synchronous online runner over multi-turn episodes (`config.env`).
+"""The episode player: multi-turn episodes (`config.env`) in place of single completions.
 
-`EpisodeRun` is `OnlineRun` with episodes in place of single completions: each step plays
-G episodes per prompt (`jaxrl_llm.envs.run_episodes`: tool calls, later user turns) with the
-synced rollout weights, rewards them with their environments, and trains the configured
-algorithm on them (the `Rollout` layout, loss on model tokens only). Held-out evaluation plays
-greedy episodes on the task's test examples. With `config.env.warmup_steps`, the policy is
-first fine-tuned on scripted demonstrations of the task (SFT), for models that never write a
-well-formed tool call on their own.
+The collector of runs with `config.env.name` set (`jaxrl_llm.runners.collectors`): each round
+plays G episodes per prompt (`jaxrl_llm.envs.run_episodes`: tool calls, later user turns) with
+the rollout's weights and rewards them with their environments; the algorithm trains on them in
+the `Rollout` layout (loss on model tokens only), with each turn's reward as experience too.
+Held-out evaluation plays greedy episodes on the task's test examples. With
+`config.env.warmup_steps`, the policy is first fine-tuned on scripted demonstrations of the task
+(SFT), for models that never write a well-formed tool call on their own. Any schedule drives it
+(synchronous, or asynchronous with bounded staleness).
 
     config = load_config("experiments/configs/tool_calculator_smollm2.py")
-    train(config, "runs/tool")          # jaxrl_llm.runners.online_sync.train picks EpisodeRun
+    train(config, "runs/tool")          # jaxrl_llm.runners.online picks EpisodePlayer
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from typing import Any
 
 import numpy as np
 
+from jaxrl_llm.algorithms.base import Algorithm
 from jaxrl_llm.envs.chat import EpisodeRenderer
 from jaxrl_llm.envs.config import episode_limits
 from jaxrl_llm.envs.episodes import EpisodeBatch, run_episodes
@@ -28,11 +31,13 @@ from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.rewards.runner import RewardOutput
 from jaxrl_llm.roles import Learner
 from jaxrl_llm.rollout import DecodeWork
-from jaxrl_llm.runners.online_sync import Generated, OnlineRun, rollout_seed
+from jaxrl_llm.runners.collectors import Collector, Generated, round_seed
+from jaxrl_llm.runners.components import Roles, RunParts
+from jaxrl_llm.runners.hooks import RunContext
 from jaxrl_llm.training import make_optimizer
 from jaxrl_llm.training.sft import SftBatch, sft_loss
 
-__all__ = ["EpisodeRun", "demonstration_rows"]
+__all__ = ["EpisodePlayer", "demonstration_rows"]
 
 
 def demonstration_rows(renderer: EpisodeRenderer, demos: list[Demonstration], *, width: int):
@@ -66,16 +71,24 @@ def demonstration_rows(renderer: EpisodeRenderer, demos: list[Demonstration], *,
     return tokens, mask
 
 
-class EpisodeRun(OnlineRun):
-    """`OnlineRun` over multi-turn episodes (see the module docstring)."""
+class EpisodePlayer(Collector):
+    """Multi-turn episodes of the run's environment (see the module docstring).
 
-    def __init__(self, config, workdir: str, algorithm, parts, roles):
-        if algorithm.baseline_rollout or algorithm.reference_template:
+    Args:
+      config: the run config (`config.env` names the task).
+      algorithm: the run's `Algorithm`; episodes serve no collection requests.
+      parts: the run's model, tokenizer, prompt batcher and rewards.
+      roles: the run's roles (the rollout plays, the actor warms up).
+    """
+
+    def __init__(self, config, algorithm: Algorithm, parts: RunParts, roles: Roles):
+        if algorithm.collects:
             raise ValueError(
-                f"config.algorithm={algorithm.name!r} needs a greedy baseline or reference "
-                "responses, which multi-turn episodes do not make: use grpo, ppo, "
+                f"config.algorithm={algorithm.name!r} asks for {list(algorithm.collects)} "
+                "beside the samples, which multi-turn episodes do not make: use grpo, ppo, "
                 "reinforce_pp or online_dpo with config.env."
             )
+        self.config, self.parts, self.roles = config, parts, roles
         self.task = episode_task(config)
         if self.task.sandbox is not None:
             sandbox = self.task.sandbox
@@ -83,23 +96,19 @@ class EpisodeRun(OnlineRun):
             print(f"[jaxrl_llm] python tool sandbox: {sandbox.describe()}", flush=True)
         self.limits = episode_limits(config)
         self.renderer = EpisodeRenderer(parts.tokenizer)
-        super().__init__(config, workdir, algorithm, parts, roles)
+        examples = self.task.examples("test", config.task.eval_seed, config.task.eval_size)
+        self.eval_sets = [EvalSet(config.env.name, examples)]
+        self.eval_correct: dict[str, Any] = {}  # greedy episodes keep no per-question record
+        self.greedy = roles.rollout.episode_decoder(
+            num_slots=min(config.eval.batch_size, len(examples)),
+            max_length=self.limits.max_episode_tokens,
+            temperature=0.0,
+        )
         episodes = config.rollout.num_prompts * config.rollout.group_size
         self.sampler = roles.rollout.episode_decoder(
             num_slots=config.env.num_slots or episodes,
             max_length=self.limits.max_episode_tokens,
             temperature=config.rollout.temperature,
-        )
-
-    # -- evaluation ---------------------------------------------------------------------------
-    def init_evaluation(self) -> None:
-        c = self.config
-        examples = self.task.examples("test", c.task.eval_seed, c.task.eval_size)
-        self.eval_sets = [EvalSet(c.env.name, examples)]
-        self.greedy = self.roles.rollout.episode_decoder(
-            num_slots=min(c.eval.batch_size, len(examples)),
-            max_length=self.limits.max_episode_tokens,
-            temperature=0.0,
         )
 
     def play(self, decoder, examples, *, seed: int, params) -> EpisodeBatch:
@@ -127,10 +136,10 @@ class EpisodeRun(OnlineRun):
         return keep
 
     # -- SFT warm-up --------------------------------------------------------------------------
-    def start_pipeline(self) -> None:
+    def start(self, run: RunContext) -> None:
         """Warms the policy up on demonstrations before the first step (`config.env.warmup_*`)."""
         env = self.config.env
-        if not env.warmup_steps or self.meta["step"] > 0:
+        if not env.warmup_steps or run.meta["step"] > 0:
             return
         if self.task.demonstrations is None:
             raise ValueError(
@@ -160,7 +169,7 @@ class EpisodeRun(OnlineRun):
         self.roles.actor.reset(learner.params)
         del learner
         after = self.evaluate()
-        self.summary["warmup"] = {
+        run.summary["warmup"] = {
             "demonstrations": len(demos),
             "steps": env.warmup_steps,
             "loss_first": losses[0],
@@ -176,7 +185,7 @@ class EpisodeRun(OnlineRun):
         )
 
     # -- one step -----------------------------------------------------------------------------
-    def generate(self, step: int, params, *, weights=None) -> Generated:
+    def generate(self, step: int, params, *, weights=None, round_index: int = 0) -> Generated:
         """The next prompts' episodes (G per prompt), played with `params` and rewarded by their
         environments."""
         if weights is not None:
@@ -187,7 +196,7 @@ class EpisodeRun(OnlineRun):
         examples = next(self.parts.batcher)
         group_examples = [e for e in examples for _ in range(group)]
         batch = self.play(
-            self.sampler, group_examples, seed=rollout_seed(c.seed, step), params=params
+            self.sampler, group_examples, seed=round_seed(c, step, round_index), params=params
         )
         success = np.array([info.get("correct", 0.0) for info in batch.infos], np.float32)
         reward_out = RewardOutput(
@@ -210,13 +219,10 @@ class EpisodeRun(OnlineRun):
             examples, batch.rollout, completions, reward_out, None, work, seconds, episodes=batch
         )
 
-    def experience(self, generated: Generated):
+    def experience_fields(self, generated: Generated) -> dict[str, Any]:
+        """Each turn's reward and the turn of each model token (turn-level credit)."""
         episodes = generated.episodes
-        return (
-            super()
-            .experience(generated)
-            ._replace(turn_rewards=episodes.turn_rewards, turn_index=episodes.turn_index)
-        )
+        return {"turn_rewards": episodes.turn_rewards, "turn_index": episodes.turn_index}
 
     def generated_scalars(self, generated: Generated) -> dict[str, float]:
         """The episodes' metrics (turns, end reasons, tool calls, per-turn scores, work)."""
