@@ -95,6 +95,9 @@ def base_config() -> ml_collections.ConfigDict:
     # this many (the same samples); 0 decodes them all in one program. What keeps a large
     # step's KV cache within a chip (`python -m jaxrl_llm.plan` picks it; docs/scale.md).
     c.rollout.decode_batch = 0
+    # Rows per reference / critic-value / reward-model forward; 0: all of a step's rows at once
+    # (`python -m jaxrl_llm.plan` picks it; docs/scale.md).
+    c.rollout.forward_batch = 0
     # The decode steps' attention: "auto" runs the platform's kernel that reads only each row's
     # filled KV-cache blocks (Pallas paged attention on TPU, split-K decode attention on GPU)
     # where it fits, else "xla", the masked full-cache attention; "kernel" insists on the
@@ -353,6 +356,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.rollout.decode_batch={decode_batch!r} must be an int >= 0 (0: every row "
             "of a step in one decode program)."
         )
+    from jaxrl_llm.roles.forwards import forward_batch_of
+
+    forward_batch_of(config)  # a chunk that does not divide the step's rows: one line
     if not config.rollout.temperature > 0:
         raise ValueError(
             f"config.rollout.temperature={config.rollout.temperature} must be > 0 for training."

@@ -32,8 +32,4 @@ def get_config():
     config.critic.learning_rate = 5e-6
     # The KL to the reference folded into the reward (PPO's default coefficient).
     config.loss.kl_beta = 0.05
-    with config.unlocked():
-        # Rows per reference / critic-value forward (0: the step's 1,024 rows at once); the
-        # plan's choice goes here (`--config.rollout.forward_batch=...`).
-        config.rollout.forward_batch = 0
     return config
