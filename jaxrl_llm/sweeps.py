@@ -18,12 +18,12 @@ Example:
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from jaxrl_llm.config_files import load_module
 
 Trial = dict[str, Any]
 GIN_PREFIX = "gin/"
@@ -138,11 +138,7 @@ def load_sweep(path: str) -> list[Trial]:
     Raises:
       FileNotFoundError, AttributeError (no `sweep()`), TypeError / ValueError (bad trials).
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Sweep file not found: {path!r}.")
-    spec = importlib.util.spec_from_file_location(f"_sweep_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(path, kind="sweep")
     if not callable(getattr(module, "sweep", None)):
         raise AttributeError(
             f"{path}: a sweep file must define `sweep()` returning a list of dicts."

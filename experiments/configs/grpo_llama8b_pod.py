@@ -1,7 +1,8 @@
 """GRPO on Llama-3.1-8B at pod scale: the workload `python -m jaxrl_llm.plan` sizes (docs/scale.md).
 
 64 prompts x 16 completions per step, 1,024 prompt + 4,096 response tokens, bfloat16 compute
-with float32 master weights and Adam moments (mixed precision), 16 optimizer updates of 64 sequences per step, full remat. The model is the published architecture
+with float32 master weights and Adam moments (mixed precision), 16 optimizer updates of 64 sequences per step, full remat. The model is the
+published architecture
 (`jaxrl_llm.models.architectures`), shapes only: plan it on any topology without weights, e.g.
 
     python -m jaxrl_llm.plan --config experiments/configs/grpo_llama8b_pod.py --topology v5e-256
@@ -12,8 +13,8 @@ with float32 master weights and Adam moments (mixed precision), 16 optimizer upd
 from jaxrl_llm.config import grpo_config
 
 
-def get_config():
-    config = grpo_config()
+def pod_shapes(config) -> None:
+    """The pod step's shapes and precision, shared with ppo_llama8b_pod.py."""
     config.model.name = "llama-3.1-8b"
     # bfloat16 compute, float32 master weights and optimizer state: at 1e-6 an Adam update is
     # far below a bfloat16 weight's rounding step (jaxrl_llm.models.precision).
@@ -27,4 +28,9 @@ def get_config():
     config.train.num_minibatches = 16
     config.train.remat = "full"
     config.optimizer.learning_rate = 1e-6
+
+
+def get_config():
+    config = grpo_config()
+    pod_shapes(config)
     return config

@@ -12,22 +12,12 @@ minibatch) and the reference's frozen log-probs for the KL penalty. Those forwar
 """
 
 from jaxrl_llm.config import config_for
+from jaxrl_llm.config_files import sibling_module
 
 
 def get_config():
     config = config_for("ppo")
-    config.model.name = "llama-3.1-8b"
-    # bfloat16 compute, float32 master weights and optimizer state (jaxrl_llm.models.precision).
-    config.model.dtype = "bfloat16"
-    config.model.param_dtype = "float32"
-    config.rollout.num_prompts = 64
-    config.rollout.group_size = 16
-    config.rollout.min_prompt_bucket = 1024
-    config.rollout.max_new_tokens = 4096
-    config.rollout.temperature = 1.0
-    config.train.num_minibatches = 16
-    config.train.remat = "full"
-    config.optimizer.learning_rate = 1e-6
+    sibling_module(__file__, "grpo_llama8b_pod.py").pod_shapes(config)
     # The critic learns faster than the policy (OpenRLHF's 8B PPO: 5e-7 actor, 9e-6 critic).
     config.critic.learning_rate = 5e-6
     # The KL to the reference folded into the reward (PPO's default coefficient).

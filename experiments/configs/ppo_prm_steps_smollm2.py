@@ -24,10 +24,8 @@ room for repeated steps); the argument after ":" picks the stage:
 add --config.model.name=smollm2-135m-instruct to stages 2 and 3.
 """
 
-import importlib.util
-import os
-
 from jaxrl_llm.config import config_for
+from jaxrl_llm.config_files import sibling_config
 from jaxrl_llm.data.presets import STEP_INSTRUCTION
 from jaxrl_llm.data.sft import STEPS_RESPONSE_TEMPLATE
 
@@ -36,16 +34,6 @@ SFT_MODEL = f"{WORKDIR}/sft/model"
 PROCESS_MODEL = f"{WORKDIR}/prm/process_reward_model"
 MAX_NEW_TOKENS = 96  # 3-4 operation lines and the answer take about 45; the rest allows repeats
 STAGES = ("sft", "prm", "rl")
-
-
-def _sibling_config(file_name: str):
-    """`get_config()` of another experiment config beside this one (a stage's settings are
-    written once, in its own file)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file_name)
-    spec = importlib.util.spec_from_file_location(f"_sibling_{file_name[:-3]}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def task_fields(config) -> None:
@@ -60,13 +48,13 @@ def get_config(stage: str = "rl"):
     if stage not in STAGES:
         raise ValueError(f"ppo_prm_steps_smollm2.py:{stage}: the stage must be one of {STAGES}.")
     if stage == "sft":  # sft_smollm2.py's schedule, on worked solutions of this task
-        config = _sibling_config("sft_smollm2.py")
+        config = sibling_config(__file__, "sft_smollm2.py")
         with config.unlocked():
             task_fields(config)
             config.sft.response_template = STEPS_RESPONSE_TEMPLATE
         return config
     if stage == "prm":  # prm_smollm2.py's schedule, from the SFT policy, at this length
-        config = _sibling_config("prm_smollm2.py")
+        config = sibling_config(__file__, "prm_smollm2.py")
         with config.unlocked():
             task_fields(config)
             config.model.name = SFT_MODEL

@@ -8,24 +8,13 @@ rewards, whose process model (rewards.process_model) the `:prm` stage writes:
         --workdir runs/prm_steps_tiny/rl
 """
 
-import importlib.util
-import os
-
 from jaxrl_llm.config import make_tiny
-
-_FULL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ppo_prm_steps_smollm2.py")
-
-
-def _full_config(stage: str):
-    spec = importlib.util.spec_from_file_location("_ppo_prm_steps_smollm2", _FULL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(stage)
+from jaxrl_llm.config_files import sibling_config
 
 
 def get_config(stage: str = "rl"):
     """The tiny config of `stage` ("sft", "prm" or "rl")."""
-    config = make_tiny(_full_config(stage))
+    config = make_tiny(sibling_config(__file__, "ppo_prm_steps_smollm2.py", stage))
     with config.unlocked():
         config.model.name = "smollm2-135m-instruct"  # the random model's tokenizer
         config.eval.max_new_tokens = 16

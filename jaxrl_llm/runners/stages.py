@@ -14,14 +14,13 @@ that validation passed, so the command line checks it once.
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
 from jaxrl_llm.config import apply_overrides, validate_config, validate_precision
+from jaxrl_llm.config_files import config_from_file
 
 __all__ = ["STAGES", "load_config", "run_stage", "stage_of", "validate_stage"]
 
@@ -69,14 +68,10 @@ def validate_stage(config) -> None:
 
 
 def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
-    """Loads `get_config()` from a config file, applies dotted overrides (unknown keys name the
-    closest ones, `jaxrl_llm.config.apply_overrides`) and validates it for its stage."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Config file not found: {path!r}.")
-    spec = importlib.util.spec_from_file_location(f"_config_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
+    """Loads `get_config()` from a config file ("file.py:arg" calls `get_config("arg")`,
+    `jaxrl_llm.config_files`), applies dotted overrides (unknown keys name the closest ones,
+    `jaxrl_llm.config.apply_overrides`) and validates it for its stage."""
+    config = config_from_file(path)
     apply_overrides(config, overrides or {})
     validate_stage(config)
     return config

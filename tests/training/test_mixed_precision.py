@@ -154,16 +154,15 @@ def test_every_stage_is_checked():
 
 
 def test_pod_config_is_bfloat16_compute_with_a_float32_master():
-    import importlib.util
     import os
 
-    path = os.path.join(
-        os.path.dirname(__file__), "..", "..", "experiments", "configs", "grpo_llama8b_pod.py"
+    from jaxrl_llm.config_files import config_from_file
+
+    config = config_from_file(
+        os.path.join(
+            os.path.dirname(__file__), "..", "..", "experiments", "configs", "grpo_llama8b_pod.py"
+        )
     )
-    spec = importlib.util.spec_from_file_location("pod", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
     assert (config.model.dtype, config.model.param_dtype) == ("bfloat16", "float32")
     validate_precision(config)  # its 1e-6 is fine with a float32 master
 

@@ -1,0 +1,82 @@
+"""Python files that define configs or sweeps, loaded by path.
+
+An experiment config is a file with `get_config()` (the ml_collections convention that
+`config_flags.DEFINE_config_file` reads); `path:arg` calls `get_config("arg")`, as config_flags
+does, so one file can hold several related configs (the stages of a pipeline). A config that
+builds on another one beside it loads it with `sibling_config` instead of copying its fields:
+
+    # experiments/configs/ppo_llama8b_pod.py
+    def get_config():
+        config = config_for("ppo")
+        sibling_module(__file__, "grpo_llama8b_pod.py").pod_shapes(config)
+        ...
+
+Nothing here validates: `jaxrl_llm.runners.load_config` reads a config with `config_from_file`
+and validates it for its stage.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from types import ModuleType
+
+import ml_collections
+
+__all__ = [
+    "config_from_file",
+    "load_module",
+    "sibling_config",
+    "sibling_module",
+    "split_config_arg",
+]
+
+
+def load_module(path: str, *, kind: str = "config") -> ModuleType:
+    """Executes the Python file at `path` as a fresh module (not added to `sys.modules`).
+
+    Raises:
+      FileNotFoundError: naming the `kind` of file and the path.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{kind.capitalize()} file not found: {path!r}.")
+    name = f"_{kind}_{os.path.splitext(os.path.basename(path))[0]}_{abs(hash(path))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def split_config_arg(path: str) -> tuple[str, str | None]:
+    """("file.py", "arg") for "file.py:arg", ("file.py", None) for "file.py" (config_flags' rule:
+    the argument follows the last colon after the file's name)."""
+    head, sep, arg = path.rpartition(":")
+    if sep and head.endswith(".py") and arg and os.sep not in arg:
+        return head, arg
+    return path, None
+
+
+def config_from_file(path: str) -> ml_collections.ConfigDict:
+    """`get_config()` of a config file, or `get_config(arg)` for "file.py:arg"; not validated.
+
+    Raises:
+      FileNotFoundError: no such file.
+      AttributeError: the file defines no `get_config()`.
+    """
+    file_path, arg = split_config_arg(path)
+    module = load_module(file_path, kind="config")
+    get_config = getattr(module, "get_config", None)
+    if not callable(get_config):
+        raise AttributeError(f"{file_path}: a config file must define `get_config()`.")
+    return get_config() if arg is None else get_config(arg)
+
+
+def sibling_module(anchor: str, file_name: str) -> ModuleType:
+    """The module of `file_name` in the directory of `anchor` (a config file's `__file__`)."""
+    return load_module(os.path.join(os.path.dirname(os.path.abspath(anchor)), file_name))
+
+
+def sibling_config(anchor: str, file_name: str, *args) -> ml_collections.ConfigDict:
+    """`get_config(*args)` of `file_name` beside `anchor`: a config written once in its own file
+    and built upon here, not copied."""
+    return sibling_module(anchor, file_name).get_config(*args)

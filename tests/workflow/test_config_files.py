@@ -1,0 +1,66 @@
+"""Config files loaded by path (jaxrl_llm.config_files): `file.py:arg`, siblings, clear errors."""
+
+import os
+
+import pytest
+
+from jaxrl_llm.config_files import config_from_file, sibling_config, split_config_arg
+from jaxrl_llm.runners.stages import load_config
+from tests.run_helpers import ROOT
+
+CONFIGS = os.path.join(ROOT, "experiments", "configs")
+
+
+def test_split_config_arg_follows_config_flags():
+    assert split_config_arg("a/b.py:prm") == ("a/b.py", "prm")
+    assert split_config_arg("a/b.py") == ("a/b.py", None)
+    assert split_config_arg("C:/x/b.py") == ("C:/x/b.py", None)  # a colon before the file name
+    assert split_config_arg("b.py:") == ("b.py:", None)
+
+
+def test_config_arg_calls_get_config_with_it(tmp_path):
+    (tmp_path / "two.py").write_text(
+        "import ml_collections\n"
+        "def get_config(which='a'):\n"
+        "    return ml_collections.ConfigDict({'which': which})\n"
+    )
+    assert config_from_file(str(tmp_path / "two.py")).which == "a"
+    assert config_from_file(f"{tmp_path / 'two.py'}:b").which == "b"
+
+
+def test_sibling_config_reads_the_file_beside_the_anchor(tmp_path):
+    (tmp_path / "base.py").write_text(
+        "import ml_collections\ndef get_config(n=1):\n    return ml_collections.ConfigDict({'n': n})\n"
+    )
+    assert sibling_config(str(tmp_path / "derived.py"), "base.py", 7).n == 7
+
+
+def test_missing_file_and_missing_get_config_say_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="Config file not found"):
+        config_from_file(str(tmp_path / "nope.py"))
+    (tmp_path / "empty.py").write_text("X = 1\n")
+    with pytest.raises(AttributeError, match=r"empty.py: a config file must define `get_config\(\)`"):
+        config_from_file(str(tmp_path / "empty.py"))
+
+
+def test_the_ppo_pod_config_shares_the_grpo_pod_shapes():
+    grpo = config_from_file(os.path.join(CONFIGS, "grpo_llama8b_pod.py"))
+    ppo = config_from_file(os.path.join(CONFIGS, "ppo_llama8b_pod.py"))
+    for section, field in [
+        ("model", "name"),
+        ("model", "param_dtype"),
+        ("rollout", "num_prompts"),
+        ("rollout", "max_new_tokens"),
+        ("train", "num_minibatches"),
+        ("train", "remat"),
+        ("optimizer", "learning_rate"),
+    ]:
+        assert ppo[section][field] == grpo[section][field], (section, field)
+    assert ppo.algorithm == "ppo" and ppo.loss.kl_beta == 0.05
+
+
+def test_load_config_takes_a_stage_argument():
+    """The `:prm` stage of the steps pipeline, validated as a process-reward-model config."""
+    config = load_config(os.path.join(CONFIGS, "ppo_prm_steps_tiny.py:prm"))
+    assert config.stage == "process_reward_model"
+    assert config.task.name == "chain_sum_steps"
