@@ -66,8 +66,9 @@ def _use_policy(stage_config, model_dir: str) -> None:
 
 
 def run_pipeline(config, workdir: str, *, progress: bool = True) -> dict:
-    """Runs the pipeline's stages in order (see the module docstring); returns their summaries."""
-    validate_pipeline_config(config)
+    """Runs the pipeline's stages in order (see the module docstring) from a config
+    `validate_pipeline_config` passed (`jaxrl_llm.runners.load_config` validates); returns their
+    summaries."""
     write_config(config, workdir)
     summaries = {}
     for name in config.stages:

@@ -224,8 +224,14 @@ def _write_records(path: str, records: list[SftRecord]) -> None:
 
 
 def train_self_training(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
-    """Runs (or resumes) ReST-EM or RAFT; returns its summary (also `<workdir>/summary.json`)."""
+    """Validates the config, then runs (or resumes) ReST-EM or RAFT (`run_self_training`)."""
     validate_self_training_config(config)
+    return run_self_training(config, workdir, progress=progress)
+
+
+def run_self_training(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
+    """Runs (or resumes) ReST-EM or RAFT on a validated config; returns its summary (also
+    `<workdir>/summary.json`)."""
     write_config(config, workdir)
     s = config.self_training
     start_time = time.time()

@@ -24,28 +24,25 @@ from jaxrl_llm.config_files import config_from_file
 
 __all__ = ["STAGES", "load_config", "run_stage", "stage_of", "validate_stage"]
 
-# stage -> (module, validate function, run function); RL validates with
+# stage -> (module, validate function, what runs a validated config: a function, or a
+# `supervised.SupervisedStage` that `run_validated_stage` runs). RL validates with
 # `jaxrl_llm.config.validate_config` and runs with `online.run_online` (`train` less the check).
 STAGES = {
     "rl": ("jaxrl_llm.runners.online", None, "run_online"),
-    "sft": ("jaxrl_llm.runners.sft", "validate_sft_config", "train_sft"),
-    "reward_model": ("jaxrl_llm.runners.reward_model", "validate_rm_config", "train_reward_model"),
+    "sft": ("jaxrl_llm.runners.sft", "validate_sft_config", "SFT"),
+    "reward_model": ("jaxrl_llm.runners.reward_model", "validate_rm_config", "REWARD_MODEL"),
     "process_reward_model": (
         "jaxrl_llm.runners.process_reward_model",
         "validate_prm_config",
-        "train_process_reward_model",
+        "PROCESS_REWARD_MODEL",
     ),
     "pipeline": ("jaxrl_llm.runners.pipeline_stages", "validate_pipeline_config", "run_pipeline"),
     "self_training": (
         "jaxrl_llm.runners.self_training",
         "validate_self_training_config",
-        "train_self_training",
+        "run_self_training",
     ),
-    "preference": (
-        "jaxrl_llm.runners.preference",
-        "validate_preference_config",
-        "train_preference",
-    ),
+    "preference": ("jaxrl_llm.runners.preference", "validate_preference_config", "PREFERENCE"),
 }
 
 
@@ -78,6 +75,12 @@ def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_col
 
 
 def run_stage(config, workdir: str, *, progress: bool = True):
-    """Runs the stage of a validated config (`load_config`, `validate_stage`); its summary."""
+    """Runs the stage of a validated config (`load_config`, `validate_stage`) without checking
+    it again; its summary."""
+    from jaxrl_llm.runners.supervised import SupervisedStage, run_validated_stage
+
     module, _, run = STAGES[stage_of(config)]
-    return getattr(importlib.import_module(module), run)(config, workdir, progress=progress)
+    target = getattr(importlib.import_module(module), run)
+    if isinstance(target, SupervisedStage):
+        return run_validated_stage(target, config, workdir, progress=progress)
+    return target(config, workdir, progress=progress)

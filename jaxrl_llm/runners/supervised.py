@@ -44,6 +44,7 @@ __all__ = [
     "fit",
     "save_policy",
     "save_scalar_head",
+    "run_validated_stage",
     "train_stage",
     "update_seconds",
     "write_config",
@@ -100,7 +101,21 @@ def train_stage(
     *,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Runs (or resumes) `stage`; returns its summary (also `<workdir>/summary.json`).
+    """Validates `config` for `stage`, then runs (or resumes) it (`run_validated_stage`)."""
+    stage.validate(config)
+    return run_validated_stage(stage, config, workdir, progress=progress)
+
+
+def run_validated_stage(
+    stage: SupervisedStage,
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    *,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Runs (or resumes) `stage` on a config its `validate` passed (`train_stage` validates,
+    `jaxrl_llm.runners.load_config` does for the command line); returns its summary (also
+    `<workdir>/summary.json`).
 
     The summary holds the stage, the updates done ("steps"), the stage's own fields
     (`run.summary()`), the evaluations before and after, "train_time_s" (updates, evaluations
@@ -108,7 +123,6 @@ def train_stage(
     "wall_time_s" (from loading the model on) and the saved model's directory under
     `stage.output`.
     """
-    stage.validate(config)
     write_config(config, workdir)
     start = time.time()
     run = stage.build(config, workdir)

@@ -39,7 +39,9 @@ def test_missing_file_and_missing_get_config_say_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="Config file not found"):
         config_from_file(str(tmp_path / "nope.py"))
     (tmp_path / "empty.py").write_text("X = 1\n")
-    with pytest.raises(AttributeError, match=r"empty.py: a config file must define `get_config\(\)`"):
+    with pytest.raises(
+        AttributeError, match=r"empty.py: a config file must define `get_config\(\)`"
+    ):
         config_from_file(str(tmp_path / "empty.py"))
 
 
@@ -64,3 +66,43 @@ def test_load_config_takes_a_stage_argument():
     config = load_config(os.path.join(CONFIGS, "ppo_prm_steps_tiny.py:prm"))
     assert config.stage == "process_reward_model"
     assert config.task.name == "chain_sum_steps"
+
+
+class _Built(Exception):
+    """Raised by a stage's build: the run got past validation."""
+
+
+@pytest.mark.parametrize(
+    "config_file, module, stage_name, train",
+    [
+        ("sft_tiny.py", "jaxrl_llm.runners.sft", "SFT", "train_sft"),
+        ("rm_tiny.py", "jaxrl_llm.runners.reward_model", "REWARD_MODEL", "train_reward_model"),
+        ("dpo_tiny.py", "jaxrl_llm.runners.preference", "PREFERENCE", "train_preference"),
+    ],
+)
+def test_a_loaded_supervised_config_is_validated_once(
+    tmp_path, monkeypatch, config_file, module, stage_name, train
+):
+    """The command line's path (load_config validates, run_stage runs) does not check again;
+    the stage's own train function, called directly, checks once."""
+    import importlib
+
+    from jaxrl_llm.runners import run_stage
+
+    stage_module = importlib.import_module(module)
+    calls = []
+
+    def build(config, workdir):
+        raise _Built
+
+    counted = getattr(stage_module, stage_name)._replace(
+        validate=lambda config: calls.append(config), build=build
+    )
+    monkeypatch.setattr(stage_module, stage_name, counted)
+    config = load_config(os.path.join(CONFIGS, config_file))
+    with pytest.raises(_Built):
+        run_stage(config, str(tmp_path / "cli"), progress=False)
+    assert calls == []
+    with pytest.raises(_Built):
+        getattr(stage_module, train)(config, str(tmp_path / "direct"), progress=False)
+    assert len(calls) == 1
