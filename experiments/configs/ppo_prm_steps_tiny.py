@@ -9,7 +9,7 @@ rewards, whose process model (rewards.process_model) the `:prm` stage writes:
 """
 
 from jaxrl_llm.config import make_tiny
-from jaxrl_llm.config_files import sibling_config
+from jaxrl_llm.config_files import sibling_config, sibling_module
 
 
 def get_config(stage: str = "rl"):
@@ -19,24 +19,11 @@ def get_config(stage: str = "rl"):
         config.model.name = "smollm2-135m-instruct"  # the random model's tokenizer
         config.eval.max_new_tokens = 16
         if stage == "sft":
-            config.train.num_steps = 6
-            config.train.checkpoint_every = 3
-            config.sft.batch_size = 4
+            sibling_module(__file__, "sft_tiny.py").tiny_sft_schedule(config)
             config.sft.max_length = 128
-            config.sft.eval_records = 8
-            config.sft.eval_every = 3
-            config.optimizer.learning_rate = 3e-3
         elif stage == "prm":
-            config.train.num_steps = 6
-            config.train.checkpoint_every = 3
-            config.prm.num_prompts = 4
-            config.prm.group_size = 2
-            config.prm.rollouts = 2
-            config.prm.max_new_tokens = 12
-            config.prm.batch_size = 4
-            config.prm.max_length = 128
+            sibling_module(__file__, "prm_tiny.py").tiny_prm_schedule(config)
             config.prm.eval_every = 0
-            config.optimizer.learning_rate = 3e-3
         else:
             config.rollout.max_new_tokens = 16
             config.rewards.process_model = "runs/prm_steps_tiny/prm/process_reward_model"

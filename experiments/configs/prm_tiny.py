@@ -5,8 +5,11 @@ from jaxrl_llm.runners.process_reward_model import prm_config
 
 
 def get_config():
-    config = prm_config()
-    make_tiny(config)
+    return tiny_prm_schedule(make_tiny(prm_config()))
+
+
+def tiny_prm_schedule(config):
+    """The tiny stage's steps, rollouts and lengths (shared with ppo_prm_steps_tiny.py)."""
     with config.unlocked():
         config.train.num_steps = 6
         config.train.checkpoint_every = 3

@@ -5,8 +5,11 @@ from jaxrl_llm.runners.sft import sft_config
 
 
 def get_config():
-    config = sft_config()
-    make_tiny(config)
+    return tiny_sft_schedule(make_tiny(sft_config()))
+
+
+def tiny_sft_schedule(config):
+    """The tiny stage's steps, batch and lengths (shared with ppo_prm_steps_tiny.py)."""
     with config.unlocked():
         config.train.num_steps = 6
         config.train.checkpoint_every = 3
