@@ -16,9 +16,14 @@ evaluation and whose mean gain is highest (issue 42, item 3).
 
 from jaxrl_llm.sweeps import axis, concat, fixed, product
 
-DYNAMIC = {"stabilise.dynamic_sampling": True, "stabilise.max_sampling_rounds": 3}
+# The verifiers without the hacks the transfer table showed (gcd's and letter_counting's constant
+# answers, lcm's copied input, README): in every setting, and alone as the first.
+VERIFIERS = {"rewards.answer_rule": "stated", "rewards.chance_correction": True}
+DYNAMIC = {**VERIFIERS, "stabilise.dynamic_sampling": True, "stabilise.max_sampling_rounds": 3}
 ENTROPY = {"stabilise.entropy_target": 0.5, "loss.entropy_coef": 0.001}
 SETTINGS = concat(
+    # the verifiers alone: today's default without the hacks
+    fixed(VERIFIERS),
     # dynamic sampling alone: every group of a step carries a gradient
     fixed(DYNAMIC),
     # + the soft overlong penalty and an entropy floor (the collapse the progress bar shows)
