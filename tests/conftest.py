@@ -4,8 +4,11 @@ XLA reads ``XLA_FLAGS`` once, when the backend starts, so this must run before t
 first ``import jax`` of the test session; pytest imports conftest.py first.
 """
 
+import atexit
 import gc
 import os
+import shutil
+import tempfile
 
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
@@ -17,6 +20,17 @@ import pytest  # noqa: E402
 
 # Tests compare against float32 references; keep matmuls at full precision on every backend.
 jax.config.update("jax_default_matmul_precision", "highest")
+
+# One persistent compilation cache for the session, empty at its start and removed at its end:
+# the run tests build the same tiny programs again and again (the learner's step, the decode
+# loop, the evaluator) from new jit objects, which jit's in-memory caches do not share, while a
+# program's cache key is its HLO. Measured on a 2-core AMD EPYC under load: the six checkpoint
+# fault runs took 150 s with it and 293-306 s without. Every program goes in (no minimum
+# compile time): tiny programs compile in well under JAX's default 1 s minimum.
+_XLA_CACHE = tempfile.mkdtemp(prefix="jaxrl-tests-xla-")
+atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def pytest_report_header(config):

@@ -117,6 +117,7 @@ def test_constraint_config_errors_name_the_field():
         make(_config(mode="codpo", judges="length:3"))
 
 
+@pytest.mark.slow  # default coverage: test_lagrangian_shapes_rewards_and_dual_ascent_raises_the_multiplier
 def test_lagrangian_run_resumes_with_its_multipliers(tmp_path, text_reward):
     flags = {
         "train.checkpoint_every": 1,

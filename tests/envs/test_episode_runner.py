@@ -21,7 +21,12 @@ def _rows(workdir):
         return [json.loads(line) for line in f]
 
 
-@pytest.mark.parametrize("name", ["tool_calculator_tiny", "multi_if_tiny"])
+@pytest.mark.parametrize(
+    "name",
+    # the calculator's run is slow (default coverage: multi_if_tiny here, and
+    # test_episodes.py::test_tool_faults_are_counted_and_do_not_stop_the_run)
+    [pytest.param("tool_calculator_tiny", marks=pytest.mark.slow), "multi_if_tiny"],
+)
 def test_episode_run_trains_and_resumes(name, tmp_path):
     config = load_config(os.path.join(ROOT, "experiments/configs", f"{name}.py"))
     workdir = str(tmp_path / name)

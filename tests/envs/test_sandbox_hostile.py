@@ -467,6 +467,7 @@ def test_a_non_root_caller_is_held_too():
     assert "/dev/shm 64" in out and " DONE" not in out, out
 
 
+@pytest.mark.slow  # default coverage: test_every_attempt_fails_inside_and_the_run_is_untouched
 def test_rl_run_with_a_hostile_policy_keeps_its_checkpoints(tmp_path, monkeypatch):
     """A tool-use GRPO run whose policy is replaced by one that calls the python tool to delete
     the run directory and read its checkpoints: the run finishes, every checkpoint is intact

@@ -24,10 +24,18 @@ from jaxrl_llm.runners import components, hooks, load_config, train
 from tests.run_helpers import assert_same_steps, rows_by_step, start_main, wait_for_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The asynchronous runner's cases are slow (default coverage: the grpo cases, and
+# test_async_run.py restoring an asynchronous run).
 RUNS = [
     pytest.param("experiments/configs/grpo_tiny.py", id="grpo"),
     pytest.param("experiments/configs/ppo_tiny.py", id="ppo"),
-    pytest.param("experiments/configs/grpo_async_tiny.py", id="grpo_async"),
+    pytest.param("experiments/configs/grpo_async_tiny.py", id="grpo_async", marks=pytest.mark.slow),
+]
+# One PPO case runs by default (the corrupt checkpoint); the empty step directory's is slow.
+EMPTY_STEP_RUNS = [
+    RUNS[0],
+    pytest.param("experiments/configs/ppo_tiny.py", id="ppo", marks=pytest.mark.slow),
+    RUNS[2],
 ]
 STEPS = 4
 
@@ -91,7 +99,7 @@ def test_corrupt_newest_checkpoint_is_moved_aside_and_the_run_finishes(
     _assert_same_steps(tmp_path, uninterrupted(path))
 
 
-@pytest.mark.parametrize("path", RUNS)
+@pytest.mark.parametrize("path", EMPTY_STEP_RUNS)
 def test_empty_step_directory_is_moved_aside(tmp_path, path, uninterrupted):
     train(_config(path, steps=2), str(tmp_path), progress=False)
     os.makedirs(tmp_path / "checkpoints" / "3")  # a crash right after mkdir
@@ -250,6 +258,7 @@ _KILL_DURING_SAVE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # default coverage: test_corrupt_newest_checkpoint_is_moved_aside_and_the_run_finishes[grpo], test_grpo_run.py::test_sigkill_and_resume_reproduces_every_later_step
 def test_sigkill_during_a_checkpoint_save_resumes_from_the_last_good_one(tmp_path, uninterrupted):
     workdir = tmp_path / "run"
     victim = _cli(workdir, "--config.train.checkpoint_every=1", script=_KILL_DURING_SAVE)
@@ -290,6 +299,7 @@ def small_filesystem(tmp_path):
     subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
+@pytest.mark.slow  # default coverage: test_disk_full_when_saving_stops_with_the_intact_checkpoint_named
 def test_real_full_disk_then_more_space_resumes(small_filesystem, uninterrupted):
     path = "experiments/configs/grpo_tiny.py"
     workdir = small_filesystem / "run"

@@ -120,6 +120,7 @@ def _wait_for_a_newer_version_once_per_batch(monkeypatch, wait_s=5.0):
     monkeypatch.setattr(rollout_role, "generate_inflight", patient)
 
 
+@pytest.mark.slow  # default coverage: rollout/test_inflight.py::test_a_switch_keeps_the_cache_and_tags_every_token, test_staleness_follows_the_schedule_and_never_exceeds_the_bound
 def test_inflight_updates_tag_every_token_and_respect_the_bound(tmp_path, text_reward, monkeypatch):
     _wait_for_a_newer_version_once_per_batch(monkeypatch)
     config = _config(
@@ -204,6 +205,7 @@ def test_a_generator_that_raises_stops_the_run_and_keeps_the_last_step(tmp_path,
     assert max(rows_by_step(tmp_path)) == 3
 
 
+@pytest.mark.slow  # default coverage: test_a_generator_that_raises_stops_the_run_and_keeps_the_last_step
 def test_a_stalled_generator_stops_the_run_within_the_timeout(tmp_path, monkeypatch, capsys):
     # The timeout must exceed the first learner step's compilation, which the generator waits on.
     monkeypatch.setattr(OnlineRun, "generate", _failing_generator(2, lambda: time.sleep(120)))

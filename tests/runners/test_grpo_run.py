@@ -69,6 +69,7 @@ def test_nonfinite_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
     assert steps[-1] == 2  # the last good checkpoint is kept; nothing was saved after it
 
 
+@pytest.mark.slow  # default coverage: algorithms/test_grpo.py::test_packed_batch_gives_the_unpacked_loss_and_gradient
 def test_packed_run_matches_unpacked_first_step(tmp_path):
     overrides = {
         "train.num_steps": 1,
@@ -104,6 +105,7 @@ def test_pack_width_narrower_than_a_rollout_row_is_named():
         load_config(TINY, {"train.pack_sequences": True, "train.pack_width": 16})
 
 
+@pytest.mark.slow  # default coverage: test_sigkill_and_resume_reproduces_every_later_step (equal to the uninterrupted run, step by step)
 def test_two_identical_runs_differ_only_in_timings(tmp_path):
     """Every metric outside "time/" (training, rewards, evaluation before and after, work
     counters) is the same in two runs of one config and seed; timings live under "time/"."""

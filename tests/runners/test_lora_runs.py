@@ -35,6 +35,7 @@ def _rows(workdir):
     }
 
 
+@pytest.mark.slow  # default coverage: models/test_lora.py::test_orbax_checkpoint_holds_the_adapters_alone
 def test_lora_grpo_resumes_from_adapter_checkpoints(tmp_path, text_reward):
     tiny = "experiments/configs/grpo_tiny.py"
     kl = {"loss.kl_beta": 0.1}

@@ -2,6 +2,7 @@
 checkpointed, a resumed run repeats the uninterrupted one, and critic warm-up freezes the actor."""
 
 import numpy as np
+import pytest
 
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.runners import TIME_KEYS, load_config, train
@@ -29,6 +30,7 @@ def _rows(workdir):
     }
 
 
+@pytest.mark.slow  # default coverage: faults/test_faults.py::test_corrupt_newest_checkpoint_is_moved_aside_and_the_run_finishes[ppo]
 def test_ppo_resume_repeats_the_uninterrupted_run(tmp_path):
     summary = train(_config(3, **{"loss.kl_target": 0.01}), str(tmp_path / "a"), progress=False)
     assert summary["algorithm"] == "ppo" and summary["steps"] == 3

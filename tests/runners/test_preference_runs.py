@@ -41,6 +41,10 @@ def _assert_same(got, want, keys):
             np.testing.assert_allclose(got[step][key], want[step][key], rtol=1e-5, atol=1e-7)
 
 
+# Slow (default coverage: test_online_dpo_with_an_off_policy_lag_trains_on_older_samples,
+# test_rrhf_with_gold_references_runs_through_the_online_runner; resuming the online runner:
+# test_grpo_run.py::test_sigkill_and_resume_reproduces_every_later_step).
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["online_dpo", "rrhf"])
 def test_online_preference_algorithm_learns_and_resumes(tmp_path, text_reward, name):
     flags = {"train.checkpoint_every": 1, "eval.before": False, "eval.after": False}
@@ -117,7 +121,11 @@ def test_learner_reset_restarts_from_the_given_parameters():
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, learner.params), base)
 
 
-@pytest.mark.parametrize("method", ["rest_em", "raft"])
+@pytest.mark.parametrize(
+    "method",
+    # raft is slow (default coverage: test_rest_em_fine_tunes_the_base_model_and_raft_continues)
+    ["rest_em", pytest.param("raft", marks=pytest.mark.slow)],
+)
 def test_self_training_iterates_reports_and_resumes(tmp_path, method):
     whole = run_stage(_config(method), str(tmp_path / "a"), progress=False)
     assert [it["iteration"] for it in whole["iterations"]] == [1, 2]
@@ -161,7 +169,12 @@ def _pairs(path, count=40):
     return str(path)
 
 
-@pytest.mark.parametrize("loss_type", ["sigmoid", "kto", "simpo", "orpo"])
+@pytest.mark.parametrize(
+    "loss_type",
+    # simpo and orpo runs are slow (default coverage: their losses in
+    # tests/losses/test_losses_preference.py, and the sigmoid and kto runs through this stage)
+    ["sigmoid", "kto", *(pytest.param(t, marks=pytest.mark.slow) for t in ("simpo", "orpo"))],
+)
 def test_offline_preference_learns_the_pairs(tmp_path, loss_type):
     config = _config(
         "dpo",
@@ -182,6 +195,7 @@ def test_offline_preference_learns_the_pairs(tmp_path, loss_type):
     assert cached == (loss_type in ("sigmoid", "kto"))  # SimPO and ORPO need no reference
 
 
+@pytest.mark.slow  # default coverage: test_a_corrupt_reference_cache_is_recomputed, test_sft_run.py::test_sft_resumes_where_it_stopped (the shared fit)
 def test_offline_dpo_resumes_with_its_cached_reference(tmp_path):
     pairs = _pairs(tmp_path / "pairs.jsonl")
     flags = {"preference.pairs": pairs, "eval.before": False, "eval.after": False}

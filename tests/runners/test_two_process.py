@@ -75,6 +75,7 @@ def _run(workdir, *flags, processes: int, timeout=900, env=None, ok=True):
     return out
 
 
+@pytest.mark.slow  # default coverage: test_async_run.py::test_zero_staleness_reproduces_the_synchronous_runner, sharding/test_multiprocess.py
 def test_two_processes_reproduce_the_one_process_run(tmp_path):
     one, two = tmp_path / "one_process", tmp_path / "two_processes"
     _run(one, processes=1)

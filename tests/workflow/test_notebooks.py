@@ -66,6 +66,7 @@ def test_01_quickstart_smollm2():
     assert "by hand vs rollout" in out
 
 
+@pytest.mark.slow  # default coverage: test_01_quickstart_tiny
 def test_02_grpo_tiny(tmp_path):
     out = _execute("02_grpo_tiny.ipynb", CONFIG=TINY, NUM_STEPS=3, WORKDIR=str(tmp_path / "run"))
     assert "Did you mean rollout.group_size" in out
@@ -74,6 +75,7 @@ def test_02_grpo_tiny(tmp_path):
         assert mpimg.imread(tmp_path / "run" / "plots" / f"{stem}.png").shape == (400, 600, 4)
 
 
+@pytest.mark.slow  # default coverage: workflow/test_readme_example.py::test_readme_new_algorithm_example_runs, algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration
 def test_03_custom_loss(tmp_path):
     out = _execute("03_custom_loss.ipynb", CONFIG=TINY, NUM_STEPS=4, WORKDIR=str(tmp_path / "run"))
     assert "hand-worked case and ppo_clip agree" in out
