@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from jaxrl_llm.config import apply_overrides, config_for, make_tiny
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.runners import train
@@ -23,6 +25,9 @@ def _evaluate(*args):
     )
 
 
+# Slow (default coverage: envs/test_episode_runner.py runs `python -m jaxrl_llm.evaluate` on a
+# run's workdir; tests/evals/test_suite.py checks pass@k, maj@k and the adversarial sets).
+@pytest.mark.slow
 def test_train_with_a_suite_then_evaluate_the_checkpoint(tmp_path):
     config = make_tiny(config_for("grpo"))
     overrides = {
