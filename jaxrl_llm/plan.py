@@ -93,6 +93,7 @@ def main(argv):
         Searcher,
         candidates,
         divisibility_notes,
+        figures_note,
         get_topology,
         libtpu_status,
         phases_table,
@@ -146,6 +147,7 @@ def main(argv):
         notes = divisibility_notes(workload.model, best.candidate.train_mesh,
                                    best.candidate.rollout_mesh)  # fmt: skip
         text += [""] + [f"Note: {n}" for n in notes] if notes else []
+        text += ["", figures_note()]
     else:
         text += ["", "No plan fits: every candidate's figure is listed above."]
     report = "\n".join(text)

@@ -48,7 +48,7 @@ from jaxrl_llm.scale.programs import (
     reward_model_program,
     rollout_program,
 )
-from jaxrl_llm.scale.report import collectives_table, phases_table, plans_table
+from jaxrl_llm.scale.report import collectives_table, figures_note, phases_table, plans_table
 from jaxrl_llm.scale.sync_phases import sync_phases
 from jaxrl_llm.scale.topology import (
     TOPOLOGIES,
@@ -90,6 +90,7 @@ __all__ = [
     "decode_cost",
     "divisibility_notes",
     "forward_batches",
+    "figures_note",
     "forward_cost",
     "get_topology",
     "libtpu_status",

@@ -290,6 +290,35 @@ def train_step_cost(
     return PhaseCost(flops, hbm, layers_executed=config.num_layers)
 
 
+def model_flops(config: ModelConfig, rows: int, length: int, *, causal: bool = True) -> float:
+    """The useful FLOPs of one train step on `rows` sequences of `length` tokens, counted as
+    MaxText counts them for its MFU (`calculate_tflops_training_per_device`): 3 x (forward)
+    for forward and backward, where the forward is the layers' matmuls (Q, K, V, output, MLP),
+    the unembedding once (the embedding is a lookup) and the attention's QK^T and PV, over
+    the lower triangle when `causal` (MaxText's current code; its published Llama figures
+    counted the whole square), at most the window on local layers. Recomputation
+    (remat) and the optimizer are not useful work and are not counted; unlike 6 N per token,
+    the input embedding table is not counted either.
+
+    Example:
+      >>> from jaxrl_llm.models import ModelConfig
+      >>> c = ModelConfig(vocab_size=8, hidden_size=4, intermediate_size=8, num_layers=1,
+      ...                 num_heads=2, num_kv_heads=1, head_dim=2)
+      >>> model_flops(c, 1, 2) == 3 * (2 * 2 * (4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 8 + 4 * 8)
+      ...                              + 4 * 2 * 1 * 2 * 2)
+      True
+    """
+    attn_p, mlp_p = layer_params(config)
+    tokens = rows * length
+    weights = 2 * tokens * (config.num_layers * (attn_p + mlp_p) + config.hidden_size
+                            * config.vocab_size)  # fmt: skip
+    types = config.layer_types or ("full_attention",) * config.num_layers
+    window = config.sliding_window or length
+    keys = [min(window, length) if t == LOCAL_ATTENTION else length for t in types]
+    scores = sum(4 * tokens * k * config.num_heads * config.head_dim for k in keys)
+    return 3 * (weights + (scores / 2 if causal else scores))
+
+
 class DecodeCost(NamedTuple):
     """A rollout's work per device: the prefill, then `decode.steps` decode steps.
 

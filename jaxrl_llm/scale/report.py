@@ -83,6 +83,27 @@ def phases_table(plan: Plan, chip: Chip) -> str:
     return "\n".join(lines)
 
 
+# What plan.md's figures are: the compiler's (read from the compiled programs) or counted here.
+FIGURES_NOTE = (
+    "Which figures are the compiler's and which are counted: **the compiler's** are the memory "
+    "columns (args, temp, code and the compiled peak: `memory_analysis()` of each program for "
+    'the slice, per chip; "peak + resident" adds the other roles\' compiled state, and the '
+    "weight sync's its kept copies) and the collectives behind `comm s` (the ops, bytes, "
+    "groups and loop trip counts of the optimized HLO, priced at the chip's published ICI "
+    "bandwidth). **Counted** (`jaxrl_llm.scale.costs`, from the model's shapes, not the "
+    "compiler's `cost_analysis()`, which counts a loop body once) are the FLOPs behind "
+    "`compute s` and the HBM bytes behind `memory s`, except the weight sync's, which are its "
+    "programs' compiled argument and output bytes. Every time (`s`, `step s`, ms/token) is a "
+    "roofline of those terms at the chip's published peaks: a floor, not a measurement."
+)
+
+
+def figures_note() -> str:
+    """The paragraph `plan.md` carries under its tables: which figures come from the compiler
+    (memory, collectives) and which are counted (FLOPs, HBM bytes, every time)."""
+    return FIGURES_NOTE
+
+
 def collectives_table(report: ProgramReport) -> str:
     """Per collective kind: ops, executions per call, GiB received per device per call."""
     lines = ["| collective | ops | executions | GiB received / device | in unbounded loops |",

@@ -44,11 +44,13 @@ def mesh(v5e_2x2):
 
 
 def test_train_step_gathers_one_layer_at_a_time(mesh):
-    report = analyze(actor_train_program(_workload(), mesh))
-    # (A tiny program's temporaries fit in VMEM: its HBM temporaries may be 0.)
-    assert report.argument_bytes > 0 and report.code_bytes > 0
-    assert report.peak_bytes == (report.argument_bytes + report.output_bytes - report.alias_bytes
-                                 + report.temp_bytes + report.code_bytes)  # fmt: skip
+    program = actor_train_program(_workload(), mesh)
+    report = analyze(program)
+    # The state the planner counts resident (bfloat16 parameters and Adam's two moments, split
+    # over the 4 chips) is among what the compiled step takes per chip (with the minibatch).
+    assert program.state_bytes == pytest.approx(3 * 2 * MODEL.num_params() / 4, rel=0.05)
+    assert program.state_bytes <= report.argument_bytes
+    assert report.code_bytes > 0  # (a tiny program's temporaries may all fit in VMEM)
     gathers = [op for op in report.collectives if op.kind == "all-gather"]
     # FSDP: the weights' all-gathers run inside the layer scan, once per layer and pass.
     assert any(op.runs == MODEL.num_layers and "while" in op.op_name for op in gathers)
