@@ -221,6 +221,9 @@ def test_sigterm_between_the_checkpoint_and_the_step_end_saves_the_next_step(tmp
     assert saved == [2] and len(rows_by_step(tmp_path)) == 2
 
 
+# Slow (default coverage: test_sigterm_between_the_checkpoint_and_the_step_end_saves_the_next_step,
+# and test_grpo_run.py::test_sigkill_and_resume_reproduces_every_later_step for the CLI resume).
+@pytest.mark.slow
 def test_sigterm_saves_the_current_step_and_exits_cleanly(tmp_path, uninterrupted):
     workdir = tmp_path / "run"
     proc = _cli(workdir, "--config.train.checkpoint_every=100")

@@ -123,8 +123,9 @@ def test_learner_reset_restarts_from_the_given_parameters():
 
 @pytest.mark.parametrize(
     "method",
-    # raft is slow (default coverage: test_rest_em_fine_tunes_the_base_model_and_raft_continues)
-    ["rest_em", pytest.param("raft", marks=pytest.mark.slow)],
+    # slow (default coverage: test_rest_em_fine_tunes_the_base_model_and_raft_continues runs
+    # both methods; resuming the shared fit: test_sft_run.py::test_sft_resumes_where_it_stopped)
+    [pytest.param(m, marks=pytest.mark.slow) for m in ("rest_em", "raft")],
 )
 def test_self_training_iterates_reports_and_resumes(tmp_path, method):
     whole = run_stage(_config(method), str(tmp_path / "a"), progress=False)

@@ -211,9 +211,11 @@ def _plan(*args, tmp_path):
     )  # fmt: skip
 
 
-def test_command_line_writes_the_chosen_placement(v5e_2x2, tmp_path):
+def test_command_line_writes_the_chosen_placement_and_keeps_its_executables(v5e_2x2, tmp_path):
+    from jaxrl_llm.scale.executables import ExecutableMismatchError, load_executable
+
     out = _plan("--topology", "v5e-4", "--modes", "colocated", "--tensor_parallel", "2",
-                "--out", str(tmp_path / "plan"), tmp_path=tmp_path)  # fmt: skip
+                "--out", str(tmp_path / "plan"), "--save_executables", tmp_path=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "| 1 | colocated 2x2 / 2x2 |" in out.stdout
     assert "--config.placement.train_mesh=(2,2)" in out.stdout
@@ -229,14 +231,7 @@ def test_command_line_writes_the_chosen_placement(v5e_2x2, tmp_path):
     again = _plan("--topology", "v5e-4", "--modes", "colocated", "--tensor_parallel", "2",
                   tmp_path=tmp_path)  # fmt: skip
     assert again.returncode == 0 and "(cached)" in again.stdout and " s)" not in again.stdout
-
-
-def test_the_planned_executables_are_kept_for_the_slice(v5e_2x2, tmp_path):
-    from jaxrl_llm.scale.executables import ExecutableMismatchError, load_executable
-
-    out = _plan("--topology", "v5e-4", "--modes", "colocated", "--tensor_parallel", "2",
-                "--out", str(tmp_path / "plan"), "--save_executables", tmp_path=tmp_path)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
+    # The chosen plan's compiled programs are kept with their topology (--save_executables).
     directory = tmp_path / "plan" / "executables"
     assert "# saved the actor_train, rollout executables for v5e-4" in out.stdout
     for phase in ("actor_train", "rollout"):
