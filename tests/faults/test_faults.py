@@ -24,8 +24,8 @@ from jaxrl_llm.runners import components, hooks, load_config, train
 from tests.run_helpers import assert_same_steps, rows_by_step, start_main, wait_for_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The asynchronous runner's cases are slow (default coverage: the grpo cases, and
-# test_async_run.py restoring an asynchronous run).
+# The asynchronous runner's corrupt-checkpoint case is slow (default coverage: its empty step
+# directory case below, which resumes it from a checkpoint, and the grpo cases).
 RUNS = [
     pytest.param("experiments/configs/grpo_tiny.py", id="grpo"),
     pytest.param("experiments/configs/ppo_tiny.py", id="ppo"),
@@ -35,7 +35,7 @@ RUNS = [
 EMPTY_STEP_RUNS = [
     RUNS[0],
     pytest.param("experiments/configs/ppo_tiny.py", id="ppo", marks=pytest.mark.slow),
-    RUNS[2],
+    pytest.param("experiments/configs/grpo_async_tiny.py", id="grpo_async"),
 ]
 STEPS = 4
 

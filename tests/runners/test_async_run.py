@@ -160,7 +160,8 @@ def _main(workdir, k):
     return start_main(ASYNC_TINY, workdir, *flags)
 
 
-@pytest.mark.slow  # the fault suite resumes grpo_async_tiny.py from checkpoints in the default run
+@pytest.mark.slow  # default coverage: faults/test_faults.py::test_empty_step_directory_is_moved_aside[grpo_async]
+# resumes grpo_async_tiny.py from a checkpoint
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_sigkill_and_resume_reproduce_a_stale_run_exactly(tmp_path, k):
     reference = _main(tmp_path / "a", k)
