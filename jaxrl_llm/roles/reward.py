@@ -5,7 +5,9 @@ an ensemble), a process reward model, and constraint judges (their verdicts are 
 Functions are scored by `jaxrl_llm.rewards.RewardRunner`. A reward model is a `ScalarHeadModel`
 (a Transformer trunk with a scalar head, e.g. trained with a Bradley-Terry loss) scored in
 batches on device at the last token of prompt + completion; its score joins the total with a
-weight and is reported as `per_function["model"]`.
+weight and is reported as `per_function["model"]`. In a run its frozen weights are laid out on
+the train mesh by the train rules and its rows split over the data axis, as the reference's are
+(the layout `python -m jaxrl_llm.plan` compiles for the "reward_model" phase).
 """
 
 from __future__ import annotations
@@ -17,10 +19,15 @@ import jax
 import numpy as np
 from flax import nnx
 
+from jax.sharding import Mesh
+
 from jaxrl_llm.models.heads import ScalarHeadModel
+from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.models.precision import compute_params, merge_for_compute
 from jaxrl_llm.rewards import RewardOutput, RewardRunner
+from jaxrl_llm.roles.learner import place_batch, place_params
 from jaxrl_llm.rollout.batching import pack_prompts
+from jaxrl_llm.sharding import TRAIN_RULES, Rules, layout, param_shardings
 
 
 def score_fn(graphdef):
@@ -41,6 +48,10 @@ class ModelReward:
       tokenizer: its tokenizer (prompt text + completion text are encoded together).
       batch_size: rows per forward; the last batch is padded, so one program serves all.
       min_length_bucket: sequences are right-padded to a length bucket >= this.
+      mesh: where the frozen weights live and the rows run (a run passes the train mesh: the
+        weights sharded by `rules`, each batch's rows over the "data" axis); None: the default
+        device, unsharded.
+      rules: the layout on `mesh` (default `TRAIN_RULES`).
     """
 
     def __init__(
@@ -50,15 +61,29 @@ class ModelReward:
         *,
         batch_size: int = 16,
         min_length_bucket: int = 64,
+        mesh: Mesh | None = None,
+        rules: Rules = TRAIN_RULES,
     ):
         self.tokenizer, self.batch_size, self.min_length_bucket = (
             tokenizer,
             batch_size,
             min_length_bucket,
         )
+        self.mesh, self.rules = mesh, rules
         self.graphdef, params = nnx.split(model, nnx.Param)
-        self.params = compute_params(model, params)  # frozen: no master copy kept
+        params = compute_params(model, params)  # frozen: no master copy kept
+        if mesh is not None:
+            params = place_params(params, param_shardings(params, mesh, rules))
+        self.params = params
         self._scores = score_fn(self.graphdef)
+
+    def _score_batch(self, tokens_bt: np.ndarray, lengths_b: np.ndarray) -> np.ndarray:
+        """float32 [B] scores of one padded batch, on `mesh` when one was given."""
+        if self.mesh is None:
+            return np.asarray(self._scores(self.params, tokens_bt, lengths_b))
+        tokens_bt, lengths_b = place_batch((tokens_bt, lengths_b), self.mesh, self.rules)
+        with use_layout(layout(self.mesh, self.rules)):
+            return np.asarray(self._scores(self.params, tokens_bt, lengths_b))
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> np.ndarray:
         """float32 [B] scores."""
@@ -72,8 +97,8 @@ class ModelReward:
                 min_prompt_bucket=self.min_length_bucket,
                 min_batch_bucket=self.batch_size,
             )
-            scores = self._scores(self.params, packed.tokens, packed.lengths)
-            out.append(np.asarray(scores)[: packed.batch_size])
+            scores = self._score_batch(packed.tokens, packed.lengths)
+            out.append(scores[: packed.batch_size])
         return np.concatenate(out).astype(np.float32) if out else np.zeros((0,), np.float32)
 
 

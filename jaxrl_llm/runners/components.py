@@ -281,6 +281,7 @@ def build_roles(
                 load_scalar_model(path.strip()),
                 parts.tokenizer,
                 batch_size=chunk or config.rollout.num_prompts * config.rollout.group_size,
+                mesh=placement.train_mesh,
             )
             for path in config.rewards.model.split(",")
         ]

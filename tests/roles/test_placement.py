@@ -180,6 +180,34 @@ def test_reward_role_adds_a_weighted_reward_model(tmp_path):
     np.testing.assert_array_equal(out.per_function["model"], scores)
 
 
+def test_reward_model_lives_sharded_on_the_train_mesh_as_the_plan_compiles_it():
+    """A run's reward model keeps its frozen weights on the train mesh by the train rules and
+    splits each batch's rows over "data" (the "reward_model" phase of `jaxrl_llm.plan`); its
+    scores equal the unsharded model's."""
+    from jaxrl_llm.models import ScalarHeadModel
+    from jaxrl_llm.roles import ModelReward
+
+    class _Tokenizer:
+        pad_token_id = 0
+
+        @staticmethod
+        def batch_encode(texts):
+            return [[1 + ord(ch) % 200 for ch in text] for text in texts]
+
+    model = ScalarHeadModel(init_model(tiny_config(), seed=0), rngs=nnx.Rngs(1))
+    mesh = make_placement(_placement("colocated", (2, 4))).train_mesh
+    sharded = ModelReward(model, _Tokenizer(), batch_size=4, min_length_bucket=8, mesh=mesh)
+    local = ModelReward(model, _Tokenizer(), batch_size=4, min_length_bucket=8)
+    leaves = jax.tree.leaves(sharded.params)
+    assert all(set(x.sharding.device_set) == set(mesh.devices.flat) for x in leaves)
+    # the embedding [V, D] and the MLP's kernels are split over the 4-way model axis
+    assert any(x.addressable_shards[0].data.size * 4 <= x.size for x in leaves)
+    prompts, completions = ["ab", "abc", "x", "hello", "q"], ["c", "", "yz", " world", "r"]
+    np.testing.assert_allclose(
+        sharded(prompts, completions), local(prompts, completions), rtol=1e-5, atol=1e-5
+    )
+
+
 def test_colocated_decode_mesh_of_its_own_shape_on_the_same_devices():
     """HybridFlow's different tensor parallelism per phase: train (2, 4), decode (4, 2) over
     the same 8 devices; the sync reshards between the two meshes on device."""
