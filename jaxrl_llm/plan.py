@@ -171,9 +171,11 @@ def main(argv):
                 json.dump(overrides, f, indent=1)
             if _SAVE_EXECUTABLES.value:
                 directory = os.path.join(_OUT.value, "executables")
-                saved = searcher.save_executables(best, directory)
+                saved, syncs = searcher.save_executables(best, directory)
                 print(
                     f"# saved the {', '.join(saved)} executables for {topology.name} in {directory}"
+                    f", and the weight sync's {syncs} programs in {directory}/weight_sync "
+                    "(listed in weight_sync.json)"
                 )
     sys.exit(0 if best is not None else 1)
 

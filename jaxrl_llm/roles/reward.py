@@ -18,7 +18,6 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 from flax import nnx
-
 from jax.sharding import Mesh
 
 from jaxrl_llm.models.heads import ScalarHeadModel

@@ -23,6 +23,7 @@ guesses.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -156,11 +157,16 @@ class Searcher:
         }
         return [builders[phase]()]
 
-    def save_executables(self, plan: Plan, directory: str) -> list[str]:
-        """Compiles every phase of `plan` once more and saves each executable under
-        `directory`/<phase> (`jaxrl_llm.scale.executables`), so a run on the slice loads what
-        was planned; returns the phases saved (the weight sync's per-array programs are not
-        among them: `reshard` compiles its own)."""
+    def save_executables(self, plan: Plan, directory: str) -> tuple[list[str], int]:
+        """Compiles every program of `plan` once more and saves each executable under
+        `directory` (`jaxrl_llm.scale.executables`), so a run on the slice loads what was
+        planned: each phase as `directory`/<phase>, and the weight sync's per-array programs
+        (`scale.weight_sync`) as `directory`/weight_sync/<nn>_<step>, listed in
+        `directory`/weight_sync.json with the shape, dtype and pair of layouts each serves.
+
+        Returns:
+          (the phases saved, the number of weight-sync programs saved).
+        """
         c = plan.candidate
         saved = []
         for phase in self._phases_of():
@@ -175,7 +181,33 @@ class Searcher:
                     phase=program.phase,
                 )
                 saved.append(program.phase)
-        return saved
+        sync = weight_sync.reshard_programs(
+            self.workload,
+            self.mesh(c.train_mesh, c.train_devices),
+            self.mesh(c.rollout_mesh, c.rollout_devices),
+        )
+        manifest = []
+        for index, program in enumerate(sync.programs):
+            name, compiled = f"{index:02d}_{program.phase}", program.lowered.compile()
+            save_executable(
+                compiled,
+                os.path.join(directory, "weight_sync", name),
+                topology=self.topology.name,
+                phase=program.phase,
+            )
+            (argument,) = program.lowered.args_info[0]
+            manifest.append({
+                "file": f"weight_sync/{name}",
+                "phase": program.phase,
+                "shape": list(argument.shape),
+                "dtype": str(argument.dtype),
+                "source": str(compiled.input_shardings[0][0]),
+                "target": str(compiled.output_shardings),
+                "runs": program.runs,
+            })  # fmt: skip
+        with open(os.path.join(directory, "weight_sync.json"), "w") as f:
+            json.dump(manifest, f, indent=1)
+        return saved, len(manifest)
 
     def state_bytes(self, phase: str, shape, devices) -> float:
         """Per-device bytes the phase's role keeps between phases."""

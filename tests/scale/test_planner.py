@@ -242,6 +242,15 @@ def test_command_line_writes_the_chosen_placement_and_keeps_its_executables(v5e_
             ExecutableMismatchError, match="compiled for v5e-4 \\(4 x TPU v5 lite\\)"
         ):
             load_executable(str(directory / phase))  # this CPU is not the slice
+    # So are the weight sync's per-array programs, each with the arrays it serves.
+    syncs = json.load(open(directory / "weight_sync.json"))
+    assert f"and the weight sync's {len(syncs)} programs in" in out.stdout
+    assert syncs and sum(s["runs"] for s in syncs) >= len(syncs)
+    for entry in syncs:
+        assert entry["phase"] in ("reshard_cast", "reshard", "reshard_send", "reshard_receive")
+        record = json.load(open(directory / f"{entry['file']}.json"))
+        assert record["phase"] == entry["phase"] and record["num_devices"] == 4
+        assert "NamedSharding" in entry["source"] and "NamedSharding" in entry["target"]
 
 
 @pytest.mark.parametrize(
