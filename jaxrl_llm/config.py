@@ -142,6 +142,11 @@ def base_config() -> ml_collections.ConfigDict:
     # Wall-time budget of the training loop in seconds (evaluations excluded); the run stops
     # after the first step that ends past it (0: no budget). For equal-time comparisons.
     c.train.max_time_s = 0.0
+    # A saved actor train step to run instead of compiling one: the prefix of the files
+    # `python -m jaxrl_llm.plan --out DIR --save_executables` writes (DIR/executables/actor_train),
+    # as MaxText's compiled_trainstep_file. Minibatches of other shapes compile their own step
+    # (summary.json's "planned_step" counts both). "": compile here.
+    c.train.planned_step = ""
 
     c.eval = ml_collections.ConfigDict()
     # Greedy held-out accuracy before the first and after the last step.
@@ -350,6 +355,16 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"{config.rollout.min_prompt_bucket + config.rollout.max_new_tokens}): raise it, or "
             "set 0 for the rollout's width."
         )
+    planned = config.train.get("planned_step", "")
+    if planned:
+        from jaxrl_llm.scale.executables import executable_record
+
+        try:
+            executable_record(planned)
+        except FileNotFoundError as error:
+            raise ValueError(f"config.train.planned_step={planned!r}: {error}") from None
+        if not isinstance(planned, str):
+            raise ValueError(f"config.train.planned_step={planned!r} must be a path prefix.")
     decode_batch = config.rollout.get("decode_batch", 0)
     if not isinstance(decode_batch, int) or decode_batch < 0:
         raise ValueError(

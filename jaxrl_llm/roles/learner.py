@@ -16,6 +16,7 @@ to bfloat16 inside its program. A LoRA base is frozen, so it is kept in bfloat16
 
 from __future__ import annotations
 
+import logging
 from typing import Any, NamedTuple
 
 import jax
@@ -176,6 +177,9 @@ class Learner:
         self._optimizer = optimizer
         self.state = self._fresh_state(params)
         self._step = program.step
+        self._planned = None  # a loaded executable of the step (`use_planned_step`)
+        self.planned_updates = 0  # updates the planned executable ran
+        self.unplanned_shapes: list[tuple] = []  # minibatch shapes it did not cover
 
     def _fresh_state(self, params) -> TrainState:
         step = jax.device_put(jnp.zeros((), jnp.int32), self.state_shardings.step)
@@ -198,12 +202,69 @@ class Learner:
             return self.state.params
         return nnx.merge_state(self.frozen, self.state.params)
 
+    def use_planned_step(self, executable, source: str = "the planned step") -> None:
+        """Runs `executable` (a `jax.stages.Compiled` of this learner's step, e.g. loaded by
+        `scale.executables.load_executable` from what `python -m jaxrl_llm.plan
+        --save_executables` kept) for every minibatch of the shapes it was compiled for, so the
+        run executes the program that was planned; a minibatch of other shapes (a longer prompt
+        bucket than planned) runs this learner's own jitted step, once logged per shape.
+
+        Raises:
+          ValueError: the executable's train state (or LoRA base) is not this learner's: the
+            first differing array named, with what to do.
+        """
+        (state, _batch, *frozen), _ = executable.args_info
+        mine = (self.state, *([self.frozen] if self.frozen is not None else []))
+        theirs = (state, *frozen)
+        paths = jax.tree_util.tree_flatten_with_path(mine)[0]
+        their_leaves, their_tree = jax.tree.flatten(theirs)
+        if their_tree != jax.tree.structure(mine):
+            raise ValueError(
+                f"{source}: its train state is laid out as another model's or optimizer's "
+                f"({len(their_leaves)} arrays against this run's {len(paths)}): plan with this "
+                "run's config (python -m jaxrl_llm.plan --config ... --save_executables)."
+            )
+        for (path, x), y in zip(paths, their_leaves, strict=True):
+            if (tuple(x.shape), x.dtype) != (tuple(y.shape), y.dtype):
+                raise ValueError(
+                    f"{source}: train-state array {jax.tree_util.keystr(path)} is "
+                    f"{y.dtype}{list(y.shape)} in the executable and {x.dtype}{list(x.shape)} "
+                    "in this run: plan with this run's config (model, precision, optimizer)."
+                )
+        self._planned = executable
+        self._planned_batch = (jax.tree.structure(_batch), _shapes_of(_batch))
+
+    def _runs_planned(self, batch) -> bool:
+        if self._planned is None:
+            return False
+        shapes = _shapes_of(batch)
+        if (jax.tree.structure(batch), shapes) == self._planned_batch:
+            return True
+        key = tuple(shape for shape, _ in shapes)
+        if key not in self.unplanned_shapes:
+            self.unplanned_shapes.append(key)
+            logging.warning(
+                "A minibatch of shapes %s is not the planned step's (%s): its own program is "
+                "compiled for it (plan with a larger rollout.min_prompt_bucket to cover it).",
+                key,
+                tuple(shape for shape, _ in self._planned_batch[1]),
+            )
+        return False
+
     def update(self, batch) -> dict[str, jax.Array]:
         """One optimizer update on `batch` (placed on this role's mesh); returns its metrics."""
         batch = place_batch(batch, self.mesh, self.rules)
+        args = (batch,) if self.frozen is None else (batch, self.frozen)
+        if self._runs_planned(batch):
+            self.state, metrics = self._planned(self.state, *args)
+            self.planned_updates += 1
+            return metrics
         with use_layout(layout(self.mesh, self.rules)):  # read while the step is traced
-            if self.frozen is None:
-                self.state, metrics = self._step(self.state, batch)
-            else:
-                self.state, metrics = self._step(self.state, batch, self.frozen)
+            self.state, metrics = self._step(self.state, *args)
         return metrics
+
+
+def _shapes_of(tree) -> list[tuple[tuple[int, ...], Any]]:
+    """(shape, dtype) of each array of `tree` (arrays, `jax.ShapeDtypeStruct`s or the
+    `ArgInfo`s of a compiled program's arguments), in tree order."""
+    return [(tuple(x.shape), x.dtype) for x in jax.tree.leaves(tree)]

@@ -266,6 +266,8 @@ def build_roles(
     actor = Learner(
         policy, parts.optimizer, algorithm.loss, placement.train_mesh, dropout_seed=config.seed
     )
+    if config.train.get("planned_step"):
+        use_planned_step(actor, config.train.planned_step, placement.train_mesh)
     if algorithm.needs("reference") and lora:
         reference = Reference.of_lora_base(
             actor, policy, temperature=temperature, forward_batch=chunk
@@ -329,3 +331,21 @@ def build_judge_mixture(config, parts: RunParts, base) -> JudgeMixture | None:
 
     judges = build_judges(config, llm=llm)
     return JudgeMixture(judges, timeout_s=config.constraints.judge_timeout_s)
+
+
+def use_planned_step(actor: Learner, path: str, mesh) -> None:
+    """Has `actor` run the train step saved at `path` (`config.train.planned_step`), loaded
+    onto the train mesh's devices in its order.
+
+    Raises:
+      ValueError: the executable is missing, was built for other devices or another jax, or
+        trains another model than this run's; one line naming the field.
+    """
+    from jaxrl_llm.scale.executables import ExecutableMismatchError, load_executable
+
+    field = f"config.train.planned_step={path!r}"
+    try:
+        executable = load_executable(path, devices=list(mesh.devices.flat))
+    except (FileNotFoundError, ExecutableMismatchError) as error:
+        raise ValueError(f"{field}: {error}") from None
+    actor.use_planned_step(executable, source=field)

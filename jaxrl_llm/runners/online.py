@@ -204,6 +204,12 @@ def run_online(
                 hook.close()
     run.summary["steps"] = run.meta["step"]
     run.summary["algorithm"] = algorithm.name
+    if config.train.get("planned_step"):  # how much of the run the planned program ran
+        actor = roles.actor
+        run.summary["planned_step"] = {
+            "updates": actor.planned_updates,
+            "unplanned_shapes": [list(map(list, s)) for s in actor.unplanned_shapes],
+        }
     run.summary["wall_time_s"] = time.time() - start_time
     with open(os.path.join(workdir, "summary.json"), "w") as f:
         json.dump(run.summary, f, indent=2)

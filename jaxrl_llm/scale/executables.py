@@ -27,7 +27,13 @@ from typing import Any
 import jax
 from jax.experimental import serialize_executable
 
-__all__ = ["ExecutableMismatchError", "executable_record", "load_executable", "save_executable"]
+__all__ = [
+    "ExecutableMismatchError",
+    "compile_for_saving",
+    "executable_record",
+    "load_executable",
+    "save_executable",
+]
 
 
 class ExecutableMismatchError(ValueError):
@@ -43,11 +49,31 @@ def _device_signature(devices: Sequence[Any]) -> dict[str, Any]:
     }
 
 
+def compile_for_saving(lowered):
+    """`lowered.compile()` with the persistent compilation cache bypassed, for `save_executable`.
+
+    An XLA:CPU executable read back from the persistent cache serializes without its compiled
+    kernels: loaded again, it fails at its first run with "Function <fusion> not found". A fresh
+    compile serializes whole. The cache setting is restored afterwards.
+    """
+    from jax.experimental.compilation_cache import compilation_cache
+
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    try:
+        return lowered.compile()
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
+        compilation_cache.reset_cache()
+
+
 def save_executable(compiled, path: str, *, topology: str, phase: str) -> dict[str, Any]:
     """Writes `compiled` (a `jax.stages.Compiled`) to `path`.exe/.trees/.json.
 
     Args:
-      compiled: the compiled program.
+      compiled: the compiled program (compile it with `compile_for_saving`: one read back from
+        the persistent compilation cache may serialize incomplete).
       path: the files' common prefix (its directory is created).
       topology: the slice's name as the planner takes it, e.g. "v5e-64", or "cpu-8".
       phase: which RL phase it is (for the record).

@@ -37,7 +37,7 @@ from jaxrl_llm.runners.pipeline_model import simulate_async_groups
 from jaxrl_llm.scale import costs, programs, weight_sync
 from jaxrl_llm.scale.analysis import CompileCache, ProgramReport, analyze
 from jaxrl_llm.scale.chips import Chip
-from jaxrl_llm.scale.executables import save_executable
+from jaxrl_llm.scale.executables import compile_for_saving, save_executable
 from jaxrl_llm.scale.placements import (
     FORWARD_PHASES,
     SYNC_PHASES,
@@ -175,7 +175,7 @@ class Searcher:
             rows = c.decode_batch if phase == "rollout" else c.forward_batch
             for program in self.programs(phase, *where, rows):
                 save_executable(
-                    program.lowered.compile(),
+                    compile_for_saving(program.lowered),
                     os.path.join(directory, program.phase),
                     topology=self.topology.name,
                     phase=program.phase,
@@ -188,7 +188,7 @@ class Searcher:
         )
         manifest = []
         for index, program in enumerate(sync.programs):
-            name, compiled = f"{index:02d}_{program.phase}", program.lowered.compile()
+            name, compiled = f"{index:02d}_{program.phase}", compile_for_saving(program.lowered)
             save_executable(
                 compiled,
                 os.path.join(directory, "weight_sync", name),

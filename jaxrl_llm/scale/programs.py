@@ -122,7 +122,8 @@ def abstract_policy(workload: Workload) -> Transformer:
 # a wrong plan.
 UNTRACED_FIELDS = (
     "seed", "train.checkpoint_every", "train.sample_every",
-    "train.max_time_s", "train.max_consecutive_nonfinite", "eval", "task", "placement",
+    "train.max_time_s", "train.max_consecutive_nonfinite", "train.planned_step", "eval", "task",
+    "placement",
     "rollout.decode_batch", "rollout.forward_batch",
 )  # fmt: skip
 

@@ -10,6 +10,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxrl_llm.scale.executables import (
     ExecutableMismatchError,
+    compile_for_saving,
     executable_record,
     load_executable,
     save_executable,
@@ -53,3 +54,78 @@ def test_an_executable_for_other_devices_is_refused(tmp_path):
         load_executable(str(tmp_path / "rollout"))
     with pytest.raises(FileNotFoundError, match="missing .*nothing.exe"):
         executable_record(str(tmp_path / "nothing"))
+
+
+def _planned_run_config(tmp_path):
+    from jaxrl_llm.config import config_for, make_tiny
+
+    config = make_tiny(config_for("grpo"))
+    config.placement.train_mesh = config.placement.rollout_mesh = (2, 4)
+    config.train.num_steps = 2
+    config.eval.before = config.eval.after = False
+    return config
+
+
+def _save_planned_step(config, path):
+    """What `python -m jaxrl_llm.plan --save_executables` keeps, planned for this CPU's mesh."""
+    from jaxrl_llm.roles import make_placement
+    from jaxrl_llm.scale import workload_of
+    from jaxrl_llm.scale.programs import actor_train_program
+
+    mesh = make_placement(config.placement).train_mesh
+    program = actor_train_program(workload_of(config), mesh)
+    compiled = compile_for_saving(program.lowered)
+    save_executable(compiled, path, topology="cpu-8", phase="actor_train")
+
+
+def test_a_run_executes_the_planned_train_step(tmp_path, text_reward):
+    """The planner's actor_train program, saved and given to a run (`train.planned_step`), takes
+    the run's own state and minibatches: the run executes the planned program, and learns as
+    one that compiles its own step does."""
+    from jaxrl_llm.metrics import read_metrics
+    from jaxrl_llm.runners import train
+
+    config = _planned_run_config(tmp_path)
+    own = train(config, str(tmp_path / "own"), progress=False)
+    assert "planned_step" not in own
+    _save_planned_step(config, str(tmp_path / "plan" / "actor_train"))
+    config.train.planned_step = str(tmp_path / "plan" / "actor_train")
+    planned = train(config, str(tmp_path / "planned"), progress=False)
+    assert planned["planned_step"] == {"updates": 4, "unplanned_shapes": []}
+    for key in ("train/loss", "train/grad_norm", "train/entropy"):
+        want = [m[key] for m in read_metrics(str(tmp_path / "own"))]
+        got = [m[key] for m in read_metrics(str(tmp_path / "planned"))]
+        assert len(got) == 2 and all(g != 0 for g in got), (key, got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_planned_step_of_another_model_or_a_missing_one_is_refused(tmp_path):
+    from jaxrl_llm.config import validate_config
+    from jaxrl_llm.runners import train
+
+    config = _planned_run_config(tmp_path)
+    config.train.planned_step = str(tmp_path / "none" / "actor_train")
+    with pytest.raises(ValueError, match=r"config.train.planned_step=.*missing .*actor_train.exe"):
+        validate_config(config)
+    other = _planned_run_config(tmp_path)
+    other.model.random.num_layers = 1  # another model's step
+    _save_planned_step(other, str(tmp_path / "other" / "actor_train"))
+    config.train.planned_step = str(tmp_path / "other" / "actor_train")
+    with pytest.raises(ValueError, match=r"config.train.planned_step=.*plan with this run's"):
+        train(config, str(tmp_path / "run"), progress=False)
+
+
+def test_minibatches_the_plan_did_not_cover_compile_their_own_step(tmp_path, text_reward):
+    """A step planned for 8-row minibatches given to a run of 4-row ones: the run goes on with
+    its own step and says which shapes the plan missed."""
+    from jaxrl_llm.runners import train
+
+    planned = _planned_run_config(tmp_path)
+    planned.train.num_minibatches = 1
+    _save_planned_step(planned, str(tmp_path / "plan" / "actor_train"))
+    config = _planned_run_config(tmp_path)
+    config.train.planned_step = str(tmp_path / "plan" / "actor_train")
+    summary = train(config, str(tmp_path / "run"), progress=False)
+    assert summary["steps"] == 2 and summary["planned_step"]["updates"] == 0
+    (shapes,) = summary["planned_step"]["unplanned_shapes"]
+    assert [4, 72] in shapes  # the run's [rows, T] minibatch
