@@ -152,25 +152,28 @@ def test_placement_errors_name_the_field():
     assert config.placement.mode == "colocated"
 
 
+class _CharTokenizer:
+    """One token per character: the reward model tests' texts without a vocabulary."""
+
+    pad_token_id = 0
+
+    @staticmethod
+    def batch_encode(texts):
+        return [[1 + ord(ch) % 200 for ch in text] for text in texts]
+
+
 def test_reward_role_adds_a_weighted_reward_model(tmp_path):
     from jaxrl_llm.models import ScalarHeadModel, save_scalar_model
     from jaxrl_llm.roles import ModelReward, RewardRole
 
-    class _Tokenizer:
-        pad_token_id = 0
-
-        @staticmethod
-        def batch_encode(texts):
-            return [[1 + ord(ch) % 200 for ch in text] for text in texts]
-
     model = ScalarHeadModel(init_model(tiny_config(), seed=0), rngs=nnx.Rngs(1))
     save_scalar_model(model, str(tmp_path / "rm"))
-    scorer = ModelReward(model, _Tokenizer(), batch_size=2, min_length_bucket=8)
+    scorer = ModelReward(model, _CharTokenizer(), batch_size=2, min_length_bucket=8)
     prompts, completions = ["ab", "abc", "x"], ["c", "", "yz"]
     scores = scorer(prompts, completions)
     # Each score is the head at the last real token, whatever the padding of its batch.
     for i, text in enumerate(["abc", "abc", "xyz"]):
-        ids = jnp.asarray([_Tokenizer.batch_encode([text])[0]])
+        ids = jnp.asarray([_CharTokenizer.batch_encode([text])[0]])
         np.testing.assert_allclose(
             scores[i], model.sequence_scores(ids, jnp.asarray([len(text)]))[0], atol=1e-5
         )
@@ -187,17 +190,10 @@ def test_reward_model_lives_sharded_on_the_train_mesh_as_the_plan_compiles_it():
     from jaxrl_llm.models import ScalarHeadModel
     from jaxrl_llm.roles import ModelReward
 
-    class _Tokenizer:
-        pad_token_id = 0
-
-        @staticmethod
-        def batch_encode(texts):
-            return [[1 + ord(ch) % 200 for ch in text] for text in texts]
-
     model = ScalarHeadModel(init_model(tiny_config(), seed=0), rngs=nnx.Rngs(1))
     mesh = make_placement(_placement("colocated", (2, 4))).train_mesh
-    sharded = ModelReward(model, _Tokenizer(), batch_size=4, min_length_bucket=8, mesh=mesh)
-    local = ModelReward(model, _Tokenizer(), batch_size=4, min_length_bucket=8)
+    sharded = ModelReward(model, _CharTokenizer(), batch_size=4, min_length_bucket=8, mesh=mesh)
+    local = ModelReward(model, _CharTokenizer(), batch_size=4, min_length_bucket=8)
     leaves = jax.tree.leaves(sharded.params)
     assert all(set(x.sharding.device_set) == set(mesh.devices.flat) for x in leaves)
     # the embedding [V, D] and the MLP's kernels are split over the 4-way model axis
