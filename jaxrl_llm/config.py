@@ -359,12 +359,12 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if planned:
         from jaxrl_llm.scale.executables import executable_record
 
+        if not isinstance(planned, str):
+            raise ValueError(f"config.train.planned_step={planned!r} must be a path prefix.")
         try:
             executable_record(planned)
         except FileNotFoundError as error:
             raise ValueError(f"config.train.planned_step={planned!r}: {error}") from None
-        if not isinstance(planned, str):
-            raise ValueError(f"config.train.planned_step={planned!r} must be a path prefix.")
     decode_batch = config.rollout.get("decode_batch", 0)
     if not isinstance(decode_batch, int) or decode_batch < 0:
         raise ValueError(

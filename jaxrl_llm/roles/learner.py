@@ -213,7 +213,7 @@ class Learner:
           ValueError: the executable's train state (or LoRA base) is not this learner's: the
             first differing array named, with what to do.
         """
-        (state, _batch, *frozen), _ = executable.args_info
+        (state, planned_batch, *frozen), _ = executable.args_info
         mine = (self.state, *([self.frozen] if self.frozen is not None else []))
         theirs = (state, *frozen)
         paths = jax.tree_util.tree_flatten_with_path(mine)[0]
@@ -232,7 +232,7 @@ class Learner:
                     "in this run: plan with this run's config (model, precision, optimizer)."
                 )
         self._planned = executable
-        self._planned_batch = (jax.tree.structure(_batch), _shapes_of(_batch))
+        self._planned_batch = (jax.tree.structure(planned_batch), _shapes_of(planned_batch))
 
     def _runs_planned(self, batch) -> bool:
         if self._planned is None:
