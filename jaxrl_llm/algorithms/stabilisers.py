@@ -7,8 +7,9 @@ samples stop exploring. The remedies, each off by default:
 
 - Dynamic sampling (DAPO, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
   arXiv:2503.14476, sec. 3.2): keep sampling new prompts, up to `max_sampling_rounds` rounds a
-  step, until the batch's groups all have reward spread (0 < #correct < G); the batch keeps
-  its size, topped up with tied groups when the rounds run out (`select_groups`).
+  step, until the batch's groups all have correctness spread (0 < #correct < G, read from the
+  task score, not the shaped total); the batch keeps its size, topped up with tied groups when
+  the rounds run out (`select_groups`).
 - Overlong handling (DAPO sec. 3.4): "filter" masks truncated completions out of the loss;
   "soft" adds the soft overlong punishment
       R(y) = 0                              if |y| <= L_max - L_cache
@@ -54,8 +55,9 @@ DYNAMIC_SAMPLING_ALGORITHMS = ("grpo", "online_dpo", "rrhf")
 def stabilisers_section() -> ml_collections.ConfigDict:
     """`config.stabilise`: the stabilisers of the module docstring, all off."""
     c = ml_collections.ConfigDict()
-    # DAPO's dynamic sampling: resample prompts until every group of the step has reward spread,
-    # for at most max_sampling_rounds rollouts per step (1 = no resampling).
+    # DAPO's dynamic sampling: resample prompts until every group of the step has a right and a
+    # wrong answer (the task score), for at most max_sampling_rounds rollouts per step (1 = no
+    # resampling).
     c.dynamic_sampling = False
     c.max_sampling_rounds = 3
     # Truncated completions: "none", "filter" (no loss on them) or "soft" (DAPO's soft overlong

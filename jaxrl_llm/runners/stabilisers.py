@@ -4,9 +4,10 @@
 runners (any algorithm; each stabiliser checks it applies in `validate_stabilisers`):
 
     collect(generate_round)   dynamic sampling: rounds of `generate_round(r)` until the step's
-                              groups have reward spread (or the rounds run out), then the rows
-                              of the chosen groups as one `Generated`; overlong shaping of the
-                              rewards ("soft") or of the loss mask ("filter")
+                              groups have a right and a wrong answer (or the rounds run out),
+                              then the rows of the chosen groups as one `Generated`;
+                              overlong shaping of the rewards ("soft") or of the loss mask
+                              ("filter")
     prepare(batch)            the adaptive entropy coefficient as a per-row batch field
     observe(train_scalars)    updates the coefficient from the step's entropy
 
@@ -167,13 +168,13 @@ class StepStabilisers:
         rounds = [generate_round(0)]
         scalars: dict[str, float] = {}
         if s.dynamic_sampling:
-            signals = [group_has_signal(rounds[0].reward_out.total, group)]
+            signals = [group_has_signal(_correctness(rounds[0].reward_out), group)]
             needed = self.config.rollout.num_prompts
             while (
                 sum(int(x.sum()) for x in signals) < needed and len(rounds) < s.max_sampling_rounds
             ):
                 rounds.append(generate_round(len(rounds)))
-                signals.append(group_has_signal(rounds[-1].reward_out.total, group))
+                signals.append(group_has_signal(_correctness(rounds[-1].reward_out), group))
             picks = select_groups(signals, needed)
             generated = take_groups(rounds, picks, group, pad_id=self.pad_id)
             kept = sum(bool(signals[r][g]) for r, g in picks)
@@ -227,3 +228,11 @@ class StepStabilisers:
         state = self.control.update(EntropyControlState(used), train_scalars["train/entropy"])
         self.meta[META_KEY] = state.coef
         return {"stabilise/entropy_coef": used}
+
+
+def _correctness(reward_out) -> np.ndarray:
+    """[B] what dynamic sampling tests for spread: the task score (`per_function["task"]`),
+    as DAPO keeps a group when 0 < #correct < G, else the total reward (a run without a task
+    verifier). A shaped total (the chance correction, a format or length term) differs within
+    a group that is all wrong, which DAPO would resample."""
+    return np.asarray(reward_out.per_function.get("task", reward_out.total))

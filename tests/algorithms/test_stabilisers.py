@@ -155,3 +155,31 @@ def test_adaptive_entropy_weight_equals_the_constant_one():
     none, _ = policy_loss(model, batch, config=PolicyLossConfig())
     assert float(adaptive) == pytest.approx(float(fixed), rel=1e-6)
     assert float(adaptive) != pytest.approx(float(none), rel=1e-3)
+
+
+def test_dynamic_sampling_keeps_groups_by_correctness_not_by_a_shaped_total():
+    """DAPO keeps a group when 0 < #correct < G. A chance-corrected total differs inside a group
+    that is all wrong (a common wrong answer costs more than a rare one); that group is still
+    resampled, and one with a right answer is taken instead."""
+    from jaxrl_llm.runners.stabilisers import StepStabilisers
+
+    config = config_for("grpo")
+    with config.unlocked():
+        config.rollout.num_prompts, config.rollout.group_size = 1, 2
+        config.stabilise.dynamic_sampling, config.stabilise.max_sampling_rounds = True, 2
+
+    def generated(offset, correct, total):
+        g = fake_generated(offset, 4, correct)
+        out = g.reward_out._replace(total=np.asarray(total, np.float32))
+        return g._replace(reward_out=out)
+
+    rounds = [
+        generated(0, [0, 0], [-0.4, 0.0]),  # all wrong: spread in the total only
+        generated(1, [1, 0], [1.0, -0.4]),  # one right
+    ]
+    stabilisers = StepStabilisers(config, pad_id=0, meta={})
+    picked, scalars = stabilisers.collect(lambda r: rounds[r])
+    assert scalars["stabilise/sampling_rounds"] == 2.0
+    assert scalars["stabilise/first_round_signal_fraction"] == 0.0
+    assert scalars["stabilise/kept_group_fraction"] == 1.0
+    assert picked.examples == ["p10"]

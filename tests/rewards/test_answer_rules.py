@@ -172,11 +172,13 @@ def test_answer_prior_counts_answers_by_value():
     prior = answer_prior(REFERENCES + ["2.0", "1.00"], task="hand")
     assert dict(prior.shares) == {"1": 5 / 12, "2": 4 / 12, "3": 1 / 12, "4": 1 / 12, "6": 1 / 12}
     assert prior.num_questions == 12
+    # a number no question has: 0; no number at all: the largest share (stating nothing costs
+    # as much as the costliest wrong guess)
     assert (prior.share("2."), prior.share("7"), prior.share(None), prior.share("two")) == (
         4 / 12,
         0.0,
-        0.0,
-        0.0,
+        5 / 12,
+        5 / 12,
     )
 
 
@@ -184,7 +186,7 @@ def test_chance_corrected_is_cohens_kappa_of_one_sample():
     assert chance_corrected(1.0, 0.4) == 1.0  # a right answer earns 1 whatever its share
     assert chance_corrected(0.0, 0.4) == pytest.approx(-2 / 3)  # -q / (1 - q)
     assert chance_corrected(0.5, 0.5) == 0.0  # partial credit: (s - q) / (1 - q)
-    assert chance_corrected(0.0, 0.0) == 0.0  # an answer no question has costs nothing
+    assert chance_corrected(0.0, 0.0) == 0.0  # a number no question has costs nothing
     with pytest.raises(ValueError, match="share"):
         chance_corrected(0.0, 1.0)
 
@@ -298,3 +300,18 @@ def test_the_reward_role_reports_its_runners_answer_rule():
     runner = RewardRunner({"task": task_reward}, answer_rule="stated")
     role = RewardRole(runner)
     assert role.answer_rule == "stated" and role.without_judges().answer_rule == "stated"
+
+
+def test_stating_no_answer_costs_as_much_as_the_costliest_wrong_guess():
+    """An empty or number-free completion is charged the largest share: it never ranks above a
+    wrong guess of its group, so group advantages do not teach the policy to say nothing (the
+    collapse of Gemma 3 270M's run, 2026-11-26: answers of 3.5 tokens -> 1 in 4 steps)."""
+    prior = answer_prior(REFERENCES, task="hand")
+    examples = _hand_examples()[:4]
+    wrong = next(a for a in prior.shares if a != examples[0].answer)
+    completions = ["", "I do not know.", f"The answer is {wrong}.", "The answer is 12345."]
+    out = _run(completions, [examples[0]] * 4, prior)
+    costliest = -max(prior.shares.values()) / (1 - max(prior.shares.values()))
+    np.testing.assert_allclose(out.total[:2], [costliest, costliest], rtol=1e-6)
+    assert out.total[0] <= out.total[2] and out.total[0] < out.total[3] == 0.0
+    assert prior.share(None) == prior.share("seven") == max(prior.shares.values())
