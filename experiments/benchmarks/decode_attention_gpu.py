@@ -92,8 +92,9 @@ def decode_program(graphdef, implementation: str, interpret: bool, steps: int):
     return jax.jit(run, donate_argnums=(3,))
 
 
-def attention_error(config, batch: int, slots: int, prompt_b, implementation: str,
-                    interpret: bool) -> float:
+def attention_error(
+    config, batch: int, slots: int, prompt_b, implementation: str, interpret: bool
+) -> float:
     """Max |out - reference| of one decode attention (`implementation`: the kernel, or XLA's
     masked attention for a baseline) on random bfloat16 inputs at these filled lengths, the
     reference being XLA's in float32 over the whole (masked) cache.

@@ -35,6 +35,10 @@ SETTINGS = concat(
     fixed({**DYNAMIC, "loss.kl_beta": 0.04, "optimizer.schedule": "cosine"}),
     # a lower rate with dynamic sampling (3e-5 collapsed chain_sum at 5e-5 before)
     fixed({**DYNAMIC, "optimizer.learning_rate": 2e-5}),
+    # group advantages not divided by the group's std (Dr. GRPO, arXiv:2503.20783): the chance
+    # correction's small spread inside an all-wrong group (-0.03 to 0 on chain_sum) stays small
+    # instead of being scaled to full-size advantages (docs/recipe.md)
+    fixed({**DYNAMIC, "loss.normalize_std": False}),
 )
 
 
