@@ -9,7 +9,7 @@ samples stop exploring. The remedies, each off by default:
   arXiv:2503.14476, sec. 3.2): keep sampling new prompts, up to `max_sampling_rounds` rounds a
   step, until the batch's groups all have correctness spread (0 < #correct < G, read from the
   task score, not the shaped total); the batch keeps its size, topped up with tied groups when
-  the rounds run out (`select_groups`).
+  the rounds run out (`select_groups`), whose rows carry no loss (DAPO's batch holds none).
 - Overlong handling (DAPO sec. 3.4): "filter" masks truncated completions out of the loss;
   "soft" adds the soft overlong punishment
       R(y) = 0                              if |y| <= L_max - L_cache

@@ -256,7 +256,8 @@ class OnlineRun:
         self._train_shapes.add(batch.tokens.shape)
         t_train = time.time()
         train_scalars = self.update(batch, step)
-        train_scalars.update(self.stabilisers.observe(train_scalars))
+        trained_tokens = bool(np.asarray(experience.rollout.completion_mask).any())
+        train_scalars.update(self.stabilisers.observe(train_scalars, trained_tokens=trained_tokens))
         t_end = time.time()
         rows = experience.rewards.shape[0]
         self.algo_state = self.algorithm.update(

@@ -5,11 +5,13 @@ runners (any algorithm; each stabiliser checks it applies in `validate_stabilise
 
     collect(generate_round)   dynamic sampling: rounds of `generate_round(r)` until the step's
                               groups have a right and a wrong answer (or the rounds run out),
-                              then the rows of the chosen groups as one `Generated`;
+                              then the rows of the chosen groups as one `Generated` (tied
+                              groups that top the batch up carry no loss);
                               overlong shaping of the rewards ("soft") or of the loss mask
                               ("filter")
     prepare(batch)            the adaptive entropy coefficient as a per-row batch field
-    observe(train_scalars)    updates the coefficient from the step's entropy
+    observe(train_scalars)    updates the coefficient from the step's entropy (not after a step
+                              whose rows were all masked)
 
 Its state (the entropy coefficient) lives in the run's checkpointed `meta`.
 """
@@ -177,6 +179,8 @@ class StepStabilisers:
                 signals.append(group_has_signal(_correctness(rounds[-1].reward_out), group))
             picks = select_groups(signals, needed)
             generated = take_groups(rounds, picks, group, pad_id=self.pad_id)
+            tied_b = np.repeat([not signals[r][g] for r, g in picks], group)
+            generated = _without_loss(generated, tied_b)
             kept = sum(bool(signals[r][g]) for r, g in picks)
             scalars = {
                 "stabilise/sampling_rounds": float(len(rounds)),
@@ -220,14 +224,34 @@ class StepStabilisers:
         rows = batch.tokens.shape[0]
         return batch._replace(entropy_coef=jnp.full((rows,), self.meta[META_KEY], jnp.float32))
 
-    def observe(self, train_scalars: dict[str, float]) -> dict[str, float]:
-        """Updates the entropy coefficient from the step's `train/entropy`; its metrics."""
-        if self.control is None or "train/entropy" not in train_scalars:
+    def observe(
+        self, train_scalars: dict[str, float], *, trained_tokens: bool = True
+    ) -> dict[str, float]:
+        """Updates the entropy coefficient from the step's `train/entropy`; its metrics. A step
+        with no token in its loss (every group tied, so every row masked) measured no entropy
+        and leaves the coefficient as it was."""
+        if self.control is None or "train/entropy" not in train_scalars or not trained_tokens:
             return {}
         used = self.meta[META_KEY]
         state = self.control.update(EntropyControlState(used), train_scalars["train/entropy"])
         self.meta[META_KEY] = state.coef
         return {"stabilise/entropy_coef": used}
+
+
+def _without_loss(generated, rows_b: np.ndarray):
+    """`generated` with the loss mask of the rows where bool [B] `rows_b` is set cleared.
+
+    The tied groups that top a dynamically sampled batch up (the rounds ran out) carry no
+    gradient, as DAPO's batch holds none of them: under a plain 0/1 reward their advantages are
+    0 anyway, but a shaped total (the chance correction, the soft overlong penalty) differs
+    inside them, and group normalisation would scale that small spread to full-size advantages
+    (Gemma 3 270M's base run collapsed onto answering "11" that way, 2026-11-26).
+    """
+    if not rows_b.any():
+        return generated
+    rollout = generated.rollout
+    mask = np.asarray(rollout.completion_mask) & ~rows_b[:, None]
+    return generated._replace(rollout=rollout._replace(completion_mask=mask))
 
 
 def _correctness(reward_out) -> np.ndarray:

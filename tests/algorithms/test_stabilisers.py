@@ -183,3 +183,35 @@ def test_dynamic_sampling_keeps_groups_by_correctness_not_by_a_shaped_total():
     assert scalars["stabilise/first_round_signal_fraction"] == 0.0
     assert scalars["stabilise/kept_group_fraction"] == 1.0
     assert picked.examples == ["p10"]
+
+
+def test_tied_groups_that_top_the_batch_up_carry_no_loss():
+    """When the rounds run out, tied groups fill the batch, but with their loss mask cleared: a
+    shaped total that differs inside an all-wrong group must not become a gradient."""
+    from jaxrl_llm.runners.stabilisers import StepStabilisers
+
+    config = config_for("grpo")
+    with config.unlocked():
+        config.rollout.num_prompts, config.rollout.group_size = 2, 2
+        config.stabilise.dynamic_sampling, config.stabilise.max_sampling_rounds = True, 1
+    g = fake_generated(0, 4, [0, 0, 1, 0])  # group 0 tied (all wrong), group 1 has signal
+    g = g._replace(reward_out=g.reward_out._replace(total=np.float32([-0.4, 0.0, 1.0, -0.4])))
+    picked, scalars = StepStabilisers(config, pad_id=0, meta={}).collect(lambda r: g)
+    assert scalars["stabilise/kept_group_fraction"] == 0.5
+    assert picked.examples == ["p01", "p00"]  # signal first, then the tied top-up
+    mask = picked.rollout.completion_mask
+    assert mask[:2].all() and not mask[2:].any()
+
+
+def test_a_step_with_no_loss_tokens_leaves_the_entropy_weight_alone():
+    from jaxrl_llm.runners.stabilisers import META_KEY, StepStabilisers
+
+    config = config_for("grpo")
+    with config.unlocked():
+        config.stabilise.entropy_target, config.loss.entropy_coef = 1.0, 0.001
+    meta = {}
+    stabilisers = StepStabilisers(config, pad_id=0, meta=meta)
+    assert stabilisers.observe({"train/entropy": 0.0}, trained_tokens=False) == {}
+    assert meta[META_KEY] == 0.001  # every row masked: no entropy was measured
+    assert stabilisers.observe({"train/entropy": 0.0})["stabilise/entropy_coef"] == 0.001
+    assert meta[META_KEY] > 0.001  # a measured 0 is below the target: the weight rises

@@ -25,7 +25,7 @@ def steps(workdir):
     return [row for row in read_metrics(str(workdir)) if "train/rows" in row]
 
 
-def test_dynamic_sampling_soft_overlong_and_adaptive_entropy(tmp_path):
+def test_dynamic_sampling_soft_overlong_and_adaptive_entropy(tmp_path, text_reward):
     config = load_config(
         TINY,
         {
