@@ -16,6 +16,14 @@ evaluation of the mean curve and its step, each seed's drop from its own best to
 evaluation, the mean wall time, and the CPU the runs recorded. `--out PREFIX` writes
 `PREFIX.md` (the same table, with the command, date and CPUs) and `PREFIX.png` (mean held-out
 accuracy against step with its 95% band, one line per group).
+
+`--against LABEL` adds, for every other group, its final held-out accuracy minus LABEL's with a
+95% interval (`intervals.difference_interval`: questions paired, each group's seeds resampled on
+their own), so that a win is claimed only where the interval excludes 0; groups must have been
+evaluated on the same held-out questions (refused otherwise, naming the keys that differ).
+
+    python -m jaxrl_llm.report GRPO=runs/seeds/main_job PPO=runs/seeds/algorithms/ppo \
+        --against GRPO --out docs/reports/algorithms
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxrl_llm.evals.intervals import Interval, seeds_questions_interval
+from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
 from jaxrl_llm.metrics import read_eval_questions, read_metrics
 
 __all__ = ["Group", "Run", "collect_groups", "load_run", "main", "markdown", "summarize"]
@@ -227,6 +235,7 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         "before": interval(before),
         "after": interval(after),
         "gain": interval(gain),
+        "after_table": after if per_question else None,
         "seed_gains": [float(g) for g in gain.mean(1)],
         "per_question": per_question,
         "questions": before.shape[1] if per_question else None,
@@ -238,6 +247,67 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         "curves": {s: [r.curve[s] for r in runs] for s in steps},
         "runs": runs,
     }
+
+
+# What picks a run's held-out questions (`jaxrl_llm.data.split`, `build_eval_sets`).
+HELD_OUT_KEYS = ("task.name", "task.eval_size", "task.eval_seed", "task.held_out_fraction")
+
+
+def _held_out_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    config = row["runs"][0].config
+    return {k: v for k, v in config.items() if k in HELD_OUT_KEYS or k.startswith("task.kwargs.")}
+
+
+def compare(rows: Sequence[Mapping[str, Any]], against: str, *, num_resamples: int = 4000):
+    """[(label, Interval)] of each other group's final held-out accuracy minus `against`'s.
+
+    Raises:
+      ValueError: no group is labelled `against`; a group without per-question results; or
+        groups evaluated on different held-out questions (the keys that differ named).
+    """
+    by_label = {row["label"]: row for row in rows}
+    if against not in by_label:
+        raise ValueError(f"--against {against!r}: no group has that label (the groups: "
+                         f"{', '.join(by_label)}).")  # fmt: skip
+    base = by_label[against]
+    out = []
+    for row in rows:
+        if row is base:
+            continue
+        if row["after_table"] is None or base["after_table"] is None:
+            raise ValueError(
+                f"--against {against!r}: group {row['label']!r} or {against!r} has no "
+                "per-question results (eval_questions.jsonl) to pair questions with."
+            )
+        keys = differing_keys([_held_out_of(base), _held_out_of(row)])
+        if keys or row["after_table"].shape[1] != base["after_table"].shape[1]:
+            raise ValueError(
+                f"--against {against!r}: group {row['label']!r} was evaluated on other held-out "
+                f"questions ({', '.join(keys) or 'another number of questions'} differ); "
+                "compare groups of one task and eval set."
+            )
+        diff = difference_interval(
+            row["after_table"], base["after_table"], num_resamples=num_resamples
+        )
+        out.append((row["label"], diff))
+    return out
+
+
+def comparison_markdown(against: str, diffs) -> str:
+    """The `--against` table."""
+    lines = [
+        "",
+        f"Against {against}: final held-out accuracy minus {against}'s, in points, with a 95% "
+        "interval (questions paired, each group's seeds resampled on their own); a difference "
+        "whose interval includes 0 is not a win.",
+        "",
+        f"| group | minus {against} (points) |",
+        "| --- | --- |",
+    ]
+    for label, diff in diffs:
+        mark = "" if diff.excludes_zero() else " (includes 0)"
+        lines.append(f"| {label} | {_pct(diff, signed=True)}{mark} |")
+    return "\n".join(lines) + "\n"
 
 
 def _host(summary: Mapping[str, Any]) -> str:
@@ -341,6 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", help="run or sweep directories, or LABEL=DIR,DIR")
     parser.add_argument("--out", help="also write OUT.md and OUT.png")
     parser.add_argument("--resamples", type=int, default=4000, help="bootstrap replicates")
+    parser.add_argument("--against", help="a group's label: every other group's difference to it")
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(
         list(argv if argv is not None else sys.argv[1:])
@@ -348,10 +419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         groups = collect_groups(args.paths)
         rows = [summarize(g, num_resamples=args.resamples) for g in groups]
+        diffs = compare(rows, args.against, num_resamples=args.resamples) if args.against else []
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     text = markdown(rows, command=command)
+    if args.against:
+        text += comparison_markdown(args.against, diffs)
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

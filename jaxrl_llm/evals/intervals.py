@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Interval", "seeds_questions_interval"]
+__all__ = ["Interval", "difference_interval", "seeds_questions_interval"]
 
 
 class Interval(NamedTuple):
@@ -87,3 +87,51 @@ def seeds_questions_interval(
     tail = 100 * (1.0 - confidence) / 2
     low, high = np.percentile(replicates_b, [tail, 100 - tail])
     return Interval(float(values_sq.mean()), float(low), float(high), confidence)
+
+
+def difference_interval(
+    values_sq: np.ndarray,
+    baseline_rq: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    num_resamples: int = 4000,
+    seed: int = 0,
+) -> Interval:
+    """mean(values) - mean(baseline) of two groups scored on the same questions, with a
+    bootstrap interval: the questions are resampled once for both (paired), each group's seeds
+    on their own (two algorithms' seeds are independent runs, not pairs).
+
+    Args:
+      values_sq: [S, Q] per seed and question of one group, e.g. 0/1 correctness after training.
+      baseline_rq: [R, Q] the same of the group compared against, on the same Q questions.
+      confidence, num_resamples, seed: as `seeds_questions_interval`.
+
+    Raises:
+      ValueError: tables that are not 2-D, or that score different numbers of questions.
+
+    Example:
+      >>> difference_interval(np.ones((3, 4)), np.zeros((3, 4))).mean
+      1.0
+    """
+    values_sq = np.asarray(values_sq, np.float64)
+    baseline_rq = np.asarray(baseline_rq, np.float64)
+    if values_sq.ndim != 2 or baseline_rq.ndim != 2 or values_sq.shape[1] != baseline_rq.shape[1]:
+        raise ValueError(
+            "difference_interval: both tables must be [seeds, questions] over the same "
+            f"questions, got shapes {values_sq.shape} and {baseline_rq.shape}."
+        )
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"difference_interval: confidence={confidence} must lie in (0, 1).")
+    rng = np.random.default_rng(seed)
+    questions_bq = rng.integers(0, values_sq.shape[1], size=(num_resamples, values_sq.shape[1]))
+
+    def replicates(table):
+        seeds_bs = rng.integers(0, table.shape[0], size=(num_resamples, table.shape[0]))
+        return table[seeds_bs[:, :, None], questions_bq[:, None, :]].mean(axis=(1, 2))
+
+    diffs_b = replicates(values_sq) - replicates(baseline_rq)
+    tail = 100 * (1.0 - confidence) / 2
+    low, high = np.percentile(diffs_b, [tail, 100 - tail])
+    return Interval(
+        float(values_sq.mean() - baseline_rq.mean()), float(low), float(high), confidence
+    )

@@ -99,3 +99,26 @@ def test_seeds_for_the_launcher():
         sweeps.parse_seeds(",")
     with pytest.raises(ValueError, match="'x' is not an integer"):
         sweeps.parse_seeds("0,x")
+
+
+def test_against_a_baseline_gives_the_difference_with_its_interval(tmp_path, capsys):
+    base = [make_run(tmp_path / f"b{s}", seed=s, after=0.3) for s in range(3)]
+    better = [make_run(tmp_path / f"w{s}", seed=s, lr=1e-5, after=0.6) for s in range(3)]
+    same = [make_run(tmp_path / f"s{s}", seed=s, lr=2e-5, after=0.31) for s in range(3)]
+    args = [f"base={','.join(base)}", f"better={','.join(better)}", f"same={','.join(same)}"]
+    groups = report.collect_groups(args)
+    rows = [report.summarize(g, num_resamples=500) for g in groups]
+    diffs = dict(report.compare(rows, "base", num_resamples=500))
+    assert diffs["better"].mean == pytest.approx(0.3) and diffs["better"].excludes_zero()
+    assert diffs["same"].mean == pytest.approx(0.01) and not diffs["same"].excludes_zero()
+    assert report.main([*args, "--against", "base", "--resamples", "200"]) == 0
+    text = capsys.readouterr().out
+    assert "| better | +30.0 [" in text and "| same | +1.0 [" in text and "(includes 0)" in text
+    # another task's held-out questions cannot be paired; an unknown label is named
+    other = [make_run(tmp_path / f"g{s}", seed=s, task="gcd") for s in range(3)]
+    rows = [report.summarize(g, num_resamples=100)
+            for g in report.collect_groups([args[0], f"gcd={','.join(other)}"])]  # fmt: skip
+    with pytest.raises(ValueError, match="task.name differ"):
+        report.compare(rows, "base")
+    with pytest.raises(ValueError, match="no group has that label"):
+        report.compare(rows, "nope")
