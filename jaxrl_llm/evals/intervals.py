@@ -82,11 +82,20 @@ def seeds_questions_interval(
     rng = np.random.default_rng(seed)
     seeds_bs = rng.integers(0, num_seeds, size=(num_resamples, num_seeds))
     questions_bq = rng.integers(0, num_questions, size=(num_resamples, num_questions))
-    # [B, S, Q] by advanced indexing: replicate b's drawn seeds crossed with its drawn questions
-    replicates_b = values_sq[seeds_bs[:, :, None], questions_bq[:, None, :]].mean(axis=(1, 2))
+    replicates_b = _crossed_means(values_sq, seeds_bs, questions_bq)
+    return _percentile_interval(float(values_sq.mean()), replicates_b, confidence)
+
+
+def _crossed_means(values_sq: np.ndarray, seeds_bs: np.ndarray, questions_bq: np.ndarray):
+    """[B] the mean of each replicate: its drawn seeds crossed with its drawn questions
+    ([B, S, Q] by advanced indexing)."""
+    return values_sq[seeds_bs[:, :, None], questions_bq[:, None, :]].mean(axis=(1, 2))
+
+
+def _percentile_interval(mean: float, replicates_b: np.ndarray, confidence: float) -> Interval:
     tail = 100 * (1.0 - confidence) / 2
     low, high = np.percentile(replicates_b, [tail, 100 - tail])
-    return Interval(float(values_sq.mean()), float(low), float(high), confidence)
+    return Interval(mean, float(low), float(high), confidence)
 
 
 def difference_interval(
@@ -127,11 +136,8 @@ def difference_interval(
 
     def replicates(table):
         seeds_bs = rng.integers(0, table.shape[0], size=(num_resamples, table.shape[0]))
-        return table[seeds_bs[:, :, None], questions_bq[:, None, :]].mean(axis=(1, 2))
+        return _crossed_means(table, seeds_bs, questions_bq)
 
     diffs_b = replicates(values_sq) - replicates(baseline_rq)
-    tail = 100 * (1.0 - confidence) / 2
-    low, high = np.percentile(diffs_b, [tail, 100 - tail])
-    return Interval(
-        float(values_sq.mean() - baseline_rq.mean()), float(low), float(high), confidence
-    )
+    mean = float(values_sq.mean() - baseline_rq.mean())
+    return _percentile_interval(mean, diffs_b, confidence)

@@ -199,8 +199,7 @@ class StepStabilisers:
         s, rollout = self.config.stabilise, generated.rollout
         truncated = np.asarray(rollout.finish_reason) == int(FinishReason.LENGTH)
         if s.overlong == "filter":
-            mask = np.asarray(rollout.completion_mask) & ~truncated[:, None]
-            generated = generated._replace(rollout=rollout._replace(completion_mask=mask))
+            generated = _without_loss(generated, truncated)
             scalars["stabilise/filtered_fraction"] = float(truncated.mean())
         elif s.overlong == "soft":
             penalty = soft_overlong_penalty(
@@ -239,7 +238,8 @@ class StepStabilisers:
 
 
 def _without_loss(generated, rows_b: np.ndarray):
-    """`generated` with the loss mask of the rows where bool [B] `rows_b` is set cleared.
+    """`generated` with the loss mask of the rows where bool [B] `rows_b` is set cleared
+    (truncated completions under `overlong="filter"`; tied top-up groups of dynamic sampling).
 
     The tied groups that top a dynamically sampled batch up (the rounds ran out) carry no
     gradient, as DAPO's batch holds none of them: under a plain 0/1 reward their advantages are
