@@ -70,15 +70,22 @@ def _serve(engine, texts, max_tokens):
         generate_params=[params],
         interleaved_mode=True,
     )
+    # JetStream's threads answer each request through its event loop, and its detokenize thread
+    # may close a finished request's channel after the client has read the last token. With
+    # `asyncio.run` the loop was closed by then at times ("Event loop is closed"), and JetStream
+    # SIGKILLs the process when one of its threads raises: the loop stays open until the driver's
+    # threads have stopped.
+    loop = asyncio.new_event_loop()
     try:
         client = orchestrator.LLMOrchestrator(driver=driver)
 
         async def run_all():
             return await asyncio.gather(*(_decode(client, t, max_tokens) for t in texts))
 
-        return asyncio.run(run_all())
+        return loop.run_until_complete(run_all())
     finally:
         driver.stop()
+        loop.close()
 
 
 def test_orchestrator_matches_greedy_generate(tiny_model, monkeypatch):
