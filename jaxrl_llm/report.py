@@ -24,6 +24,15 @@ evaluated on the same held-out questions (refused otherwise, naming the keys tha
 
     python -m jaxrl_llm.report GRPO=runs/seeds/main_job PPO=runs/seeds/algorithms/ppo \
         --against GRPO --out docs/reports/algorithms
+
+`--choose_across PREFIX` applies issue 42's rule for a new default to a sweep run on several
+tasks: groups are joined into settings by their config minus the seed and minus every key under
+PREFIX (`task.`); a setting qualifies when it ran on every task of the report, each with at least
+3 seeds, and on each task its worst seed ends within `--max_drop` points (3) of its own best
+evaluation; the chosen one is the qualifying setting of the highest mean gain over tasks.
+
+    python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
+        --out docs/reports/stabilisers
 """
 
 from __future__ import annotations
@@ -42,7 +51,10 @@ import numpy as np
 from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
 from jaxrl_llm.metrics import read_eval_questions, read_metrics
 
-__all__ = ["Group", "Run", "collect_groups", "load_run", "main", "markdown", "summarize"]
+__all__ = [
+    "Group", "Run", "Setting", "choose", "collect_groups", "load_run", "main", "markdown",
+    "summarize",
+]  # fmt: skip
 
 IGNORED_KEYS = ("seed",)  # what may differ inside a group
 
@@ -310,6 +322,104 @@ def comparison_markdown(against: str, diffs) -> str:
     return "\n".join(lines) + "\n"
 
 
+class Setting(NamedTuple):
+    """One setting of a sweep over tasks (`choose`): its rows, one per task."""
+
+    label: str
+    rows: list[tuple[str, dict[str, Any]]]  # (the task's keys, its summarized group)
+    mean_gain: float
+    reasons: list[str]  # why it does not qualify; empty when it does
+
+
+def choose(
+    rows: Sequence[Mapping[str, Any]],
+    across: str = "task.",
+    *,
+    max_drop: float = 0.03,
+    min_seeds: int = 3,
+) -> tuple[list[Setting], Setting | None]:
+    """Issue 42's rule for a new default, over summarized groups (`summarize`).
+
+    Groups whose configs agree but for the seed and the keys under `across` are one setting.
+    A setting qualifies when it has a group for every task (every value of the `across` keys
+    among `rows`), each of at least `min_seeds` seeds whose worst drop (best held-out
+    evaluation minus the last, `summarize`'s `worst_drop`) is at most `max_drop`.
+
+    Returns:
+      (settings, sorted by mean gain over their tasks, highest first; the chosen setting: the
+      first that qualifies, or None).
+    """
+    settings: dict[str, list[Mapping[str, Any]]] = {}
+    tasks: set[str] = set()
+    for row in rows:
+        config = row["runs"][0].config
+        task = repr(sorted((k, repr(v)) for k, v in config.items() if k.startswith(across)))
+        tasks.add(task)
+        key = repr(sorted((k, repr(v)) for k, v in config.items()
+                          if k not in IGNORED_KEYS and not k.startswith(across)))  # fmt: skip
+        settings.setdefault(key, []).append(row)
+    configs = [
+        {k: v for k, v in group[0]["runs"][0].config.items() if not k.startswith(across)}
+        for group in settings.values()
+    ]
+    shown = differing_keys(configs) if len(configs) > 1 else []
+    task_keys = differing_keys(
+        [{k: v for k, v in r["runs"][0].config.items() if k.startswith(across)} for r in rows]
+    )
+    out = []
+    for group, config in zip(settings.values(), configs, strict=True):
+        # Keys an older code version did not write are counted, not listed.
+        absent = [k for k in shown if k not in config]
+        label = ", ".join(f"{k}={config[k]}" for k in shown if k in config) or "all runs"
+        if absent:
+            label += f" ({len(absent)} keys absent from its config)"
+        reasons = []
+        if len(group) < len(tasks):
+            reasons.append(f"ran on {len(group)} of the {len(tasks)} tasks")
+        cells = []
+        for row in group:
+            task_config = row["runs"][0].config
+            task = ", ".join(f"{k}={task_config.get(k)}" for k in task_keys) or row["label"]
+            cells.append((task, row))
+            if len(row["seeds"]) < min_seeds:
+                reasons.append(f"{task}: {len(row['seeds'])} seeds (< {min_seeds})")
+            if row["worst_drop"] is None or row["worst_drop"] > max_drop + 1e-9:
+                drop = (
+                    "no evaluation"
+                    if row["worst_drop"] is None
+                    else (f"a seed ends {100 * row['worst_drop']:.1f} points below its best")
+                )
+                reasons.append(f"{task}: {drop} (> {100 * max_drop:g})")
+        mean_gain = float(np.mean([row["gain"].mean for row in group]))
+        out.append(Setting(label, cells, mean_gain, reasons))
+    out.sort(key=lambda s: -s.mean_gain)
+    return out, next((s for s in out if not s.reasons), None)
+
+
+def choice_markdown(settings: Sequence[Setting], chosen: Setting | None, max_drop: float) -> str:
+    """The `--choose_across` table: each setting's gain per task, its worst drop, and why it
+    does or does not qualify."""
+    lines = [
+        "",
+        f"Settings (groups joined across tasks), by mean gain over tasks. A setting qualifies "
+        f"when on every task each of >= 3 seeds ends within {100 * max_drop:g} points of its "
+        "own best evaluation; the default is the qualifying setting of the highest mean gain.",
+        "",
+        "| setting | mean gain (points) | per task: gain [95%], worst drop | qualifies |",
+        "| --- | --- | --- | --- |",
+    ]
+    for setting in settings:
+        tasks = "; ".join(
+            f"{task}: {_pct(row['gain'], signed=True)}, "
+            + ("-" if row["worst_drop"] is None else f"{100 * row['worst_drop']:.1f}")
+            for task, row in setting.rows
+        )
+        verdict = "yes" if not setting.reasons else "no: " + "; ".join(setting.reasons)
+        lines.append(f"| {setting.label} | {100 * setting.mean_gain:+.1f} | {tasks} | {verdict} |")
+    lines += ["", f"Chosen: {chosen.label}." if chosen else "Chosen: none qualifies."]
+    return "\n".join(lines) + "\n"
+
+
 def _host(summary: Mapping[str, Any]) -> str:
     host = summary.get("host")
     if not host:
@@ -412,6 +522,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="also write OUT.md and OUT.png")
     parser.add_argument("--resamples", type=int, default=4000, help="bootstrap replicates")
     parser.add_argument("--against", help="a group's label: every other group's difference to it")
+    parser.add_argument(
+        "--choose_across",
+        metavar="PREFIX",
+        help="join groups into settings across the keys under PREFIX (task.) and choose the "
+        "default by issue 42's rule",
+    )
+    parser.add_argument(
+        "--max_drop", type=float, default=3.0, help="points a seed may end below its best"
+    )
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(
         list(argv if argv is not None else sys.argv[1:])
@@ -426,6 +545,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = markdown(rows, command=command)
     if args.against:
         text += comparison_markdown(args.against, diffs)
+    if args.choose_across:
+        settings, chosen = choose(rows, args.choose_across, max_drop=args.max_drop / 100)
+        text += choice_markdown(settings, chosen, args.max_drop / 100)
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

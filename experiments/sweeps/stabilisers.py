@@ -7,11 +7,12 @@ baseline (today's default) is the main job and the transfer table's gcd runs
   python -m jaxrl_llm.launch --config experiments/configs/grpo_smollm2.py \
       --sweep experiments/sweeps/stabilisers.py --seeds 0,1,2 --set eval.every=5 \
       --sweep_dir runs/seeds/stabilisers --parallel 1
-  python -m jaxrl_llm.report runs/seeds/main_job runs/seeds/transfer runs/seeds/stabilisers \
+  python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
       --out docs/reports/stabilisers
 
 The new default is the setting whose worst seed ends within 3 points of its own best
-evaluation and whose mean gain is highest (issue 42, item 3).
+evaluation and whose mean gain is highest (issue 42, item 3): `--choose_across task.` joins each
+setting's two tasks and applies that rule.
 """
 
 from jaxrl_llm.sweeps import axis, concat, fixed, product

@@ -10,7 +10,8 @@ from jaxrl_llm import report, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
-             questions=100, finished=True):  # fmt: skip
+             questions=100, finished=True, middle=None):  # fmt: skip
+    """A finished run directory; `middle`: the held-out accuracy of an evaluation at steps // 2."""
     os.makedirs(path, exist_ok=True)
     config = {"seed": seed, "task": {"name": task}, "optimizer": {"learning_rate": lr}}
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -21,6 +22,9 @@ def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, st
         steps: (np.arange(questions) < after * questions).astype(int),
     }
     rng.shuffle(correct[steps])
+    if middle is not None:
+        correct = {0: correct[0], steps // 2: (np.arange(questions) < middle * questions).astype(int),
+                   steps: correct[steps]}  # fmt: skip
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         for step, flags in correct.items():
             f.write(json.dumps({"step": step, "eval/accuracy": float(flags.mean())}) + "\n")
@@ -122,3 +126,36 @@ def test_against_a_baseline_gives_the_difference_with_its_interval(tmp_path, cap
         report.compare(rows, "base")
     with pytest.raises(ValueError, match="no group has that label"):
         report.compare(rows, "nope")
+
+
+def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
+    """Three settings (rates) on two tasks: the highest mean gain has a seed that ends 10 points
+    below its own best on gcd and does not qualify; the next qualifies and is chosen; one that
+    ran on a single task does not."""
+    for seed in range(3):
+        for task in ("chain_sum", "gcd"):
+            make_run(tmp_path / "s" / f"hi_{task}_{seed}", seed=seed, task=task, lr=1e-4,
+                     after=0.6, middle=0.7 if task == "gcd" and seed == 1 else None)  # fmt: skip
+            make_run(tmp_path / "s" / f"mid_{task}_{seed}", seed=seed, task=task, lr=3e-5,
+                     after=0.4, middle=0.42)  # fmt: skip
+        make_run(tmp_path / "s" / f"one_{seed}", seed=seed, lr=1e-5, after=0.9)
+    groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
+    rows = [report.summarize(g, num_resamples=200) for g in groups]
+    settings, chosen = report.choose(rows, "task.", max_drop=0.03)
+    by_label = {s.label: s for s in settings}
+    assert [s.label for s in settings] == [
+        "optimizer.learning_rate=1e-05", "optimizer.learning_rate=0.0001",
+        "optimizer.learning_rate=3e-05",
+    ]  # fmt: skip
+    assert by_label["optimizer.learning_rate=0.0001"].mean_gain == pytest.approx(0.4)
+    assert by_label["optimizer.learning_rate=1e-05"].reasons == ["ran on 1 of the 2 tasks"]
+    (reason,) = by_label["optimizer.learning_rate=0.0001"].reasons
+    assert reason.startswith("task.name=gcd: a seed ends 10.0 points below its best")
+    assert chosen.label == "optimizer.learning_rate=3e-05" and not chosen.reasons
+    assert chosen.mean_gain == pytest.approx(0.2)  # a 2-point drop is within 3
+
+    assert report.main([str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "Chosen: optimizer.learning_rate=3e-05." in out and "| no: ran on 1 of the 2" in out
+    assert report.main([str(tmp_path / "s"), "--choose_across", "task.", "--max_drop", "1"]) == 0
+    assert "Chosen: none qualifies." in capsys.readouterr().out
