@@ -370,9 +370,10 @@ def choose(
     for group, config in zip(settings.values(), configs, strict=True):
         # Keys an older code version did not write are counted, not listed.
         absent = [k for k in shown if k not in config]
-        label = ", ".join(f"{k}={config[k]}" for k in shown if k in config) or "all runs"
+        label = ", ".join(f"{k}={config[k]}" for k in shown if k in config)
         if absent:
-            label += f" ({len(absent)} keys absent from its config)"
+            label += f"{' ' if label else ''}({len(absent)} of the keys absent from its config)"
+        label = label or "all runs"
         reasons = []
         if len(group) < len(tasks):
             reasons.append(f"ran on {len(group)} of the {len(tasks)} tasks")

@@ -154,6 +154,19 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
     assert chosen.label == "optimizer.learning_rate=3e-05" and not chosen.reasons
     assert chosen.mean_gain == pytest.approx(0.2)  # a 2-point drop is within 3
 
+    # A setting from an older config, without the key the others differ in, is counted apart.
+    for seed in range(3):
+        for task in ("chain_sum", "gcd"):
+            path = make_run(
+                tmp_path / "s" / f"old_{task}_{seed}", seed=seed, task=task, after=0.3, middle=0.35
+            )
+            config = json.load(open(os.path.join(path, "config.json")))
+            del config["optimizer"]
+            json.dump(config, open(os.path.join(path, "config.json"), "w"))
+    groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
+    settings, _ = report.choose([report.summarize(g, num_resamples=200) for g in groups])
+    assert "(1 of the keys absent from its config)" in [s.label for s in settings]
+
     assert report.main([str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "200"]) == 0
     out = capsys.readouterr().out
     assert "Chosen: optimizer.learning_rate=3e-05." in out and "| no: ran on 1 of the 2" in out
