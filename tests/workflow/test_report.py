@@ -11,7 +11,8 @@ from jaxrl_llm import report, sweeps
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
              questions=100, finished=True, middle=None):  # fmt: skip
-    """A finished run directory; `middle`: the held-out accuracy of an evaluation at steps // 2."""
+    """A run directory (summary.json unless not `finished`); `middle`: the held-out accuracy of
+    an evaluation at steps // 2."""
     os.makedirs(path, exist_ok=True)
     config = {"seed": seed, "task": {"name": task}, "optimizer": {"learning_rate": lr}}
     with open(os.path.join(path, "config.json"), "w") as f:
