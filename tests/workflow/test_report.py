@@ -10,9 +10,9 @@ from jaxrl_llm import report, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
-             questions=100, finished=True, middle=None):  # fmt: skip
+             questions=100, finished=True, middle=None, entropy=None):  # fmt: skip
     """A run directory (summary.json unless not `finished`); `middle`: the held-out accuracy of
-    an evaluation at steps // 2."""
+    an evaluation at steps // 2; `entropy`: (first, last) sampled entropy at steps 1 and `steps`."""
     os.makedirs(path, exist_ok=True)
     config = {"seed": seed, "task": {"name": task}, "optimizer": {"learning_rate": lr}}
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -29,6 +29,8 @@ def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, st
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         for step, flags in correct.items():
             f.write(json.dumps({"step": step, "eval/accuracy": float(flags.mean())}) + "\n")
+        for step, value in zip((1, steps), entropy or (), strict=False):
+            f.write(json.dumps({"step": step, "train/entropy": value}) + "\n")
     with open(os.path.join(path, "eval_questions.jsonl"), "w") as f:
         for step, flags in correct.items():
             f.write(json.dumps({"step": step, "set": task, "correct": flags.tolist()}) + "\n")
@@ -42,7 +44,8 @@ def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, st
 
 def test_groups_by_config_minus_seed(tmp_path):
     for seed in range(3):
-        make_run(tmp_path / "sweep" / f"gcd_{seed}", seed=seed, task="gcd", after=0.5)
+        make_run(tmp_path / "sweep" / f"gcd_{seed}", seed=seed, task="gcd", after=0.5,
+                 entropy=(0.8, 0.4 - 0.1 * seed))  # fmt: skip
         make_run(tmp_path / "sweep" / f"cs_{seed}", seed=seed, after=0.4)
     make_run(tmp_path / "sweep" / "unfinished", seed=9, finished=False)
     logged = []
@@ -56,9 +59,11 @@ def test_groups_by_config_minus_seed(tmp_path):
     assert gcd["gain"].mean == pytest.approx(0.3) and gcd["gain"].excludes_zero()
     assert gcd["seed_gains"] == pytest.approx([0.3] * 3) and gcd["per_question"]
     assert gcd["best"] == (pytest.approx(0.5), 10) and gcd["worst_drop"] == 0.0
+    assert gcd["entropy_ratio"] == pytest.approx(0.25)  # the lowest seed's: 0.2 / 0.8
+    assert rows["task.name=chain_sum"]["entropy_ratio"] is None  # not logged
     assert gcd["hosts"] == ["Test CPU (AVX2, 2 cores)"] and gcd["wall_min"] == 10.0
     text = report.markdown(list(rows.values()))
-    assert "+30.0 [" in text and "Test CPU" in text
+    assert "+30.0 [" in text and "Test CPU" in text and "| 0.25 |" in text
 
 
 def test_mixed_explicit_group_is_refused_with_the_keys(tmp_path):
