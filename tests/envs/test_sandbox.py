@@ -35,6 +35,9 @@ from jaxrl_llm.envs.sandbox_seccomp import seccomp_filter, syscall_number
 from jaxrl_llm.envs.sandbox_user import SandboxUser
 from jaxrl_llm.envs.tools import ToolStatus, call_tool
 
+# Sweeps every stale sandbox cgroup of the host: never beside the hostile suite (conftest.py).
+pytestmark = pytest.mark.usefixtures("sandbox_host_lock")
+
 
 @pytest.fixture(params=["detected", "process group"])
 def isolation(request, monkeypatch):

@@ -90,8 +90,9 @@ def _safe_isolation():
 
 
 @pytest.fixture(scope="module", autouse=True)
-def host_before():
-    """The host's settings, keys and sandbox cgroups before the first test of the module."""
+def host_before(sandbox_host_lock):
+    """The host's settings, keys and sandbox cgroups before the first test of the module (taken
+    under the lock that keeps the other sandbox module from running beside this one)."""
     return _host_state()
 
 
