@@ -153,6 +153,12 @@ def _run_dirs(path: str) -> tuple[list[str], list[str]]:
     return finished, [d for d in runs if d not in finished]
 
 
+def _config_key(config: Mapping[str, Any], keep) -> str:
+    """A hashable key of the entries of `config` whose key `keep(key)` accepts (values by repr,
+    so unhashable values compare too)."""
+    return repr(sorted((k, repr(v)) for k, v in config.items() if keep(k)))
+
+
 def differing_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The dotted keys whose values differ between `configs` (a key missing counts), sorted."""
     keys = set().union(*configs) - set(IGNORED_KEYS)
@@ -206,7 +212,7 @@ def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
         loose += [load_run(d) for d in finished]
     by_config: dict[str, list[Run]] = {}
     for run in loose:
-        key = repr(sorted((k, repr(v)) for k, v in run.config.items() if k not in IGNORED_KEYS))
+        key = _config_key(run.config, lambda k: k not in IGNORED_KEYS)
         by_config.setdefault(key, []).append(run)
     configs = [runs[0].config for runs in by_config.values()]
     shown = differing_keys(configs) if len(configs) > 1 else []
@@ -364,10 +370,8 @@ def choose(
     tasks: set[str] = set()
     for row in rows:
         config = row["runs"][0].config
-        task = repr(sorted((k, repr(v)) for k, v in config.items() if k.startswith(across)))
-        tasks.add(task)
-        key = repr(sorted((k, repr(v)) for k, v in config.items()
-                          if k not in IGNORED_KEYS and not k.startswith(across)))  # fmt: skip
+        tasks.add(_config_key(config, lambda k: k.startswith(across)))
+        key = _config_key(config, lambda k: k not in IGNORED_KEYS and not k.startswith(across))
         settings.setdefault(key, []).append(row)
     configs = [
         {k: v for k, v in group[0]["runs"][0].config.items() if not k.startswith(across)}
@@ -395,13 +399,13 @@ def choose(
             cells.append((task, row))
             if len(row["seeds"]) < min_seeds:
                 reasons.append(f"{task}: {len(row['seeds'])} seeds (< {min_seeds})")
-            if row["worst_drop"] is None or row["worst_drop"] > max_drop + 1e-9:
-                drop = (
-                    "no evaluation"
-                    if row["worst_drop"] is None
-                    else (f"a seed ends {100 * row['worst_drop']:.1f} points below its best")
+            if row["worst_drop"] is None:
+                reasons.append(f"{task}: no evaluation")
+            elif row["worst_drop"] > max_drop + 1e-9:  # 1e-9: a drop of exactly max_drop passes
+                reasons.append(
+                    f"{task}: a seed ends {100 * row['worst_drop']:.1f} points below its best "
+                    f"(> {100 * max_drop:g})"
                 )
-                reasons.append(f"{task}: {drop} (> {100 * max_drop:g})")
         mean_gain = float(np.mean([row["gain"].mean for row in group]))
         out.append(Setting(label, cells, mean_gain, reasons))
     out.sort(key=lambda s: -s.mean_gain)
@@ -484,8 +488,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
         "seeds and questions (gain: paired by seed and question); a gain whose interval "
         "includes 0 is marked. Worst drop: the largest fall of one seed from its best held-out "
         "evaluation to its last, in points. Entropy last/first: the lowest over seeds of the "
-        "mean sampled-token entropy at the last step over that at the first. A group of fewer than 3 seeds is a sketch, not a "
-        "result.",
+        "mean sampled-token entropy at the last step over that at the first. A group of fewer "
+        "than 3 seeds is a sketch, not a result.",
     ]
     if any(not r["per_question"] for r in rows):
         notes.append("Rows without per-question results resample seeds only.")
