@@ -35,15 +35,25 @@ evaluation; the chosen one is the qualifying setting of the highest mean gain ov
 
     python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
         --out docs/reports/stabilisers
+
+`--keep_records DIR` copies each reported run's records (`RECORD_FILES`: the whole input of the
+report, a few hundred kB a run, no checkpoints or samples) to `DIR/<group label>/<run name>`, so
+the report can be regenerated from a repository after the run directories are gone; a record
+already there with other content is refused, nothing copied.
+
+    python -m jaxrl_llm.report RRHF=runs/seeds/rrhf --keep_records docs/reports/runs/algorithms
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import filecmp
 import json
 import os
+import re
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -54,11 +64,13 @@ from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_quest
 from jaxrl_llm.metrics import read_eval_questions, read_metrics
 
 __all__ = [
-    "Group", "Run", "Setting", "choose", "collect_groups", "load_run", "main", "markdown",
-    "summarize",
+    "Group", "Run", "Setting", "choose", "collect_groups", "keep_records", "load_run", "main",
+    "markdown", "summarize",
 ]  # fmt: skip
 
 IGNORED_KEYS = ("seed",)  # what may differ inside a group
+# What `load_run` reads of a run directory, all that `--keep_records` copies.
+RECORD_FILES = ("config.json", "summary.json", "metrics.jsonl", "eval_questions.jsonl")
 
 
 class Run(NamedTuple):
@@ -224,6 +236,51 @@ def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
     for group in groups:
         _check_seeds(group.label, group.runs)
     return groups
+
+
+def record_copies(groups: Sequence[Group], dest: str) -> list[tuple[str, str]]:
+    """(source, target) of every record file of the groups' runs under `dest`:
+    `dest/<label>/<run directory name>/<file>`, the label with runs of other characters than
+    letters, digits and `._=+-` replaced by `_`. Files a run lacks (`eval_questions.jsonl` of an
+    old run) are skipped.
+
+    Raises:
+      ValueError: two runs of one group with the same directory name, or a target that exists
+        with other content (naming it and the fix).
+    """
+    copies, targets = [], {}
+    for group in groups:
+        folder = os.path.join(dest, re.sub(r"[^A-Za-z0-9._=+-]+", "_", group.label) or "group")
+        for run in group.runs:
+            target_dir = os.path.join(folder, os.path.basename(os.path.normpath(run.workdir)))
+            if target_dir in targets:
+                raise ValueError(
+                    f"report: --keep_records: {targets[target_dir]} and {run.workdir} would both "
+                    f"be kept as {target_dir}; give them distinct directory names or groups."
+                )
+            targets[target_dir] = run.workdir
+            for name in RECORD_FILES:
+                source, target = (os.path.join(d, name) for d in (run.workdir, target_dir))
+                if not os.path.isfile(source):
+                    continue
+                if os.path.exists(target) and not filecmp.cmp(source, target, shallow=False):
+                    raise ValueError(
+                        f"report: --keep_records: {target} exists and differs from {source}; "
+                        "keep the records elsewhere or remove the old copy first."
+                    )
+                copies.append((source, target))
+    return copies
+
+
+def keep_records(groups: Sequence[Group], dest: str) -> list[str]:
+    """Copies the groups' run records (`record_copies`) and returns the run directories written;
+    nothing is copied when any target conflicts."""
+    copies = record_copies(groups, dest)
+    for source, target in copies:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.abspath(source) != os.path.abspath(target):
+            shutil.copyfile(source, target)
+    return sorted({os.path.dirname(target) for _, target in copies})
 
 
 def _table(runs: Sequence[Run], step_of) -> tuple[np.ndarray, bool]:
@@ -551,6 +608,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--max_drop", type=float, default=3.0, help="points a seed may end below its best"
     )
+    parser.add_argument(
+        "--keep_records",
+        metavar="DIR",
+        help="copy the runs' records (config, summary, metrics, held-out answers) to DIR/<label>",
+    )
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(
         list(argv if argv is not None else sys.argv[1:])
@@ -559,6 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups = collect_groups(args.paths)
         rows = [summarize(g, num_resamples=args.resamples) for g in groups]
         diffs = compare(rows, args.against, num_resamples=args.resamples) if args.against else []
+        copies = record_copies(groups, args.keep_records) if args.keep_records else []
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -574,6 +637,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.out + ".md", "w") as f:
             f.write(text)
         print(f"[report] wrote {args.out}.md and {plot(rows, args.out + '.png')}")
+    if copies:
+        kept = keep_records(groups, args.keep_records)
+        print(f"[report] kept the records of {len(kept)} runs under {args.keep_records}")
     return 0
 
 

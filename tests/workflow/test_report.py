@@ -178,3 +178,28 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
     assert "Chosen: optimizer.learning_rate=3e-05." in out and "| no: ran on 1 of the 2" in out
     assert report.main([str(tmp_path / "s"), "--choose_across", "task.", "--max_drop", "1"]) == 0
     assert "Chosen: none qualifies." in capsys.readouterr().out
+
+
+def test_keep_records_copies_what_the_report_reads(tmp_path, capsys):
+    runs = [make_run(tmp_path / "sweep" / f"{s:03d}_seed={s}", seed=s, after=0.5) for s in range(3)]
+    os.makedirs(os.path.join(runs[0], "checkpoints"))  # not a record: never copied
+    kept = tmp_path / "docs" / "runs"
+    args = [f"online DPO={','.join(runs)}", "--resamples", "100"]
+    assert report.main([*args, "--keep_records", str(kept)]) == 0
+    assert "kept the records of 3 runs" in capsys.readouterr().out
+    copy = kept / "online_DPO" / "000_seed=0"
+    assert sorted(os.listdir(copy)) == sorted(report.RECORD_FILES)
+    # the copy reports the same table as the originals, and keeping again changes nothing
+    assert report.main([f"online DPO={kept / 'online_DPO'}", "--resamples", "100"]) == 0
+    from_copy = capsys.readouterr().out
+    assert report.main(args) == 0
+    assert capsys.readouterr().out.splitlines()[2:] == from_copy.splitlines()[2:]
+    assert report.main([*args, "--keep_records", str(kept)]) == 0
+
+    # a kept record that differs is refused, nothing written (not even the report)
+    make_run(tmp_path / "sweep" / "001_seed=1", seed=1, after=0.7)
+    out = tmp_path / "out" / "report"
+    assert report.main([*args, "--keep_records", str(kept), "--out", str(out)]) == 2
+    assert "001_seed=1/metrics.jsonl exists and differs" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "out")
+    assert json.load(open(kept / "online_DPO" / "001_seed=1" / "config.json"))["seed"] == 1
