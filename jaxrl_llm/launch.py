@@ -20,6 +20,11 @@ typo fails the whole sweep at once. Then, under `--sweep_dir`:
                           floats: the last value of each key in the trial's metrics.jsonl)
     summary.md            the same table in Markdown (4 significant digits)
 
+`--prune_drop 3` skips the trials of a setting (overrides minus the seed and the `task.` keys,
+`--prune_across`) once one of its finished runs ends more than 3 points of held-out accuracy
+below its own best evaluation: issue 42's rule for a default, which that setting can no longer
+meet (`jaxrl_llm.launch_prune`). Local launcher only; order the sweep setting by setting.
+
 A trial whose `summary.json` already records the configured number of steps is reused, not rerun;
 any other trial runs and resumes from its latest checkpoint. `--launcher xmanager` sends the same
 trials through XManager's local API (`xm_local`) as local binaries: no Docker is needed for that,
@@ -43,6 +48,7 @@ from typing import Any
 from jaxrl_llm import sweeps as sweeps_lib
 from jaxrl_llm.launch_backends import TrialResult, run_local, run_xmanager
 from jaxrl_llm.launch_plan import parse_value, plan, write_plan
+from jaxrl_llm.launch_prune import drop_pruner
 from jaxrl_llm.metrics import read_metrics
 
 __all__ = [
@@ -128,9 +134,13 @@ def launch(
     python: str | None = None,
     env: Mapping[str, str] | None = None,
     rerun: bool = False,
+    prune_drop: float | None = None,
+    prune_across: Sequence[str] = ("task.",),
     log: Callable[[str], None] = print,
 ) -> list[TrialResult]:
-    """Plans, runs and summarises a sweep (see the module docstring for the layout).
+    """Plans, runs and summarises a sweep (see the module docstring for the layout); with
+    `prune_drop`, the trials of a setting that can no longer qualify are skipped
+    (`launch_prune.drop_pruner`).
 
     Example:
       >>> from jaxrl_llm.sweeps import axis
@@ -148,6 +158,11 @@ def launch(
         gin_bindings=gin_bindings,
         python=python,
     )
+    skip = None
+    if prune_drop is not None:
+        if launcher != "local":
+            raise ValueError("launch: --prune_drop needs --launcher local.")
+        skip = drop_pruner(planned, max_drop=prune_drop, across=prune_across)
     write_plan(
         sweep_dir,
         config_path,
@@ -158,7 +173,7 @@ def launch(
         launcher=launcher,
     )
     if launcher == "local":
-        results = run_local(planned, parallel=parallel, env=env, rerun=rerun, log=log)
+        results = run_local(planned, parallel=parallel, env=env, rerun=rerun, log=log, skip=skip)
     elif launcher == "xmanager":
         if env:
             raise ValueError("launch: env= is not supported with launcher='xmanager'.")
@@ -215,6 +230,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--dry_run", action="store_true", help="validate and print the commands only"
     )
+    parser.add_argument(
+        "--prune_drop",
+        type=float,
+        default=None,
+        metavar="POINTS",
+        help="skip a setting's trials once one of its runs ends POINTS below its best (3)",
+    )
+    parser.add_argument(
+        "--prune_across",
+        default="task.",
+        help="comma-separated key prefixes a setting spans (default: task.)",
+    )
     args = parser.parse_args(argv)
 
     base = {}
@@ -252,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             gin_bindings=args.gin_bindings,
             python=args.python,
             rerun=args.rerun,
+            prune_drop=args.prune_drop,
+            prune_across=tuple(filter(None, args.prune_across.split(","))),
         )
     except (FileNotFoundError, AttributeError, TypeError, ValueError, KeyError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -28,7 +28,8 @@ RETURNCODE_FILE = "returncode"
 
 @dataclasses.dataclass(frozen=True)
 class TrialResult:
-    """How a trial ended: status "ok", "failed" or "reused" (finished by an earlier launch)."""
+    """How a trial ended: status "ok", "failed", "reused" (finished by an earlier launch) or
+    "pruned" (skipped by `run_local`'s `skip`, `jaxrl_llm.launch_prune`)."""
 
     trial: Trial
     status: str
@@ -44,11 +45,13 @@ def run_local(
     rerun: bool = False,
     poll_s: float = 0.2,
     log: Callable[[str], None] = print,
+    skip: Callable[[Trial], str | None] | None = None,
 ) -> list[TrialResult]:
     """Runs trials as local subprocesses, at most `parallel` at once; returns results in order.
 
     Each trial writes stdout and stderr to `workdir/log.txt`. On an exception (Ctrl-C included)
-    the running trials are terminated (their process groups) before it propagates.
+    the running trials are terminated (their process groups) before it propagates. `skip`, asked
+    as each unfinished trial comes up, returns why not to run it (status "pruned") or None.
     """
     if parallel < 1:
         raise ValueError(f"launch: parallel={parallel} must be >= 1.")
@@ -61,6 +64,11 @@ def run_local(
                 if not rerun and is_finished(trial):
                     results[trial.index] = TrialResult(trial, "reused", None, 0.0)
                     log(f"[launch] trial {trial.name}: finished earlier, reused")
+                    continue
+                reason = skip(trial) if skip is not None else None
+                if reason is not None:
+                    results[trial.index] = TrialResult(trial, "pruned", None, 0.0)
+                    log(f"[launch] trial {trial.name}: pruned ({reason})")
                     continue
                 os.makedirs(trial.workdir, exist_ok=True)
                 out = open(os.path.join(trial.workdir, LOG_FILE), "a")

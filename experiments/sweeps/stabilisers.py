@@ -2,11 +2,13 @@
 
 Each setting runs on the two tuning tasks with three seeds, held-out accuracy every 5 steps; the
 baseline (today's default) is the main job and the transfer table's gcd runs
-(experiments/sweeps/transfer_tasks.py). One process at a time on a 2-core CPU, resumable:
+(experiments/sweeps/transfer_tasks.py). One process at a time on a 2-core CPU, resumable, setting
+by setting (its chain_sum seeds, then its gcd seeds), a setting's remaining trials skipped once
+one of its runs ends more than 3 points below its own best (it can no longer be chosen):
 
   python -m jaxrl_llm.launch --config experiments/configs/grpo_smollm2.py \
       --sweep experiments/sweeps/stabilisers.py --seeds 0,1,2 --set eval.every=5 \
-      --sweep_dir runs/seeds/stabilisers --parallel 1
+      --sweep_dir runs/seeds/stabilisers --parallel 1 --prune_drop 3
   python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
       --out docs/reports/stabilisers
 
@@ -44,4 +46,4 @@ SETTINGS = concat(
 
 
 def sweep():
-    return product(axis("task.name", ["chain_sum", "gcd"]), SETTINGS)
+    return product(SETTINGS, axis("task.name", ["chain_sum", "gcd"]))

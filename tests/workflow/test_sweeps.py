@@ -12,7 +12,15 @@ import time
 
 import pytest
 
-from jaxrl_llm import gin_bindings, launch, launch_backends, launch_plan, plots, sweeps
+from jaxrl_llm import (
+    gin_bindings,
+    launch,
+    launch_backends,
+    launch_plan,
+    launch_prune,
+    plots,
+    sweeps,
+)
 from jaxrl_llm.metrics import MetricsWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -163,6 +171,50 @@ def test_finished_trials_are_reused(tmp_path):
     assert [r.status for r in launch_backends.run_local([trial], rerun=True)] == ["ok"]
 
 
+def _curve_trial(tmp_path, index, overrides, curve):
+    """A finished-on-run trial that logs held-out accuracies `curve` at steps 0, 1, ..."""
+    workdir = str(tmp_path / f"{index:03d}")
+    rows = [{"step": step, "eval/accuracy": acc} for step, acc in enumerate(curve)]
+    script = (
+        "import json, os; "
+        f"os.makedirs({workdir!r}, exist_ok=True); "
+        f"open(os.path.join({workdir!r}, 'metrics.jsonl'), 'w').write("
+        f"''.join(json.dumps(r) + '\\n' for r in {rows!r})); "
+        f"json.dump({{'steps': 1}}, open(os.path.join({workdir!r}, 'summary.json'), 'w'))"
+    )
+    argv = (sys.executable, "-c", script)
+    return launch_plan.Trial(index, f"{index:03d}", dict(overrides), workdir, argv, 1)
+
+
+def test_prune_skips_a_setting_once_a_run_falls_from_its_best(tmp_path):
+    """Setting lr=1e-4 falls 5 points on chain_sum seed 0: its other seed and its gcd run are
+    pruned; lr=1e-5 (a 2-point dip) runs everything; a relaunch prunes the same trials."""
+    falls, steady = [0.10, 0.30, 0.25], [0.10, 0.30, 0.28]
+    specs = [
+        ({"optimizer.learning_rate": 1e-4, "task.name": "chain_sum", "seed": 0}, falls),
+        ({"optimizer.learning_rate": 1e-4, "task.name": "chain_sum", "seed": 1}, steady),
+        ({"optimizer.learning_rate": 1e-4, "task.name": "gcd", "seed": 0}, steady),
+        ({"optimizer.learning_rate": 1e-5, "task.name": "chain_sum", "seed": 0}, steady),
+        ({"optimizer.learning_rate": 1e-5, "task.name": "gcd", "seed": 0}, steady),
+    ]
+    trials = [_curve_trial(tmp_path, i, o, c) for i, (o, c) in enumerate(specs)]
+    assert launch_prune.held_out_drop(str(tmp_path)) is None  # no metrics yet
+    skip = launch_prune.drop_pruner(trials, max_drop=3.0)
+    messages = []
+    results = launch_backends.run_local(trials, poll_s=0.02, log=messages.append, skip=skip)
+    assert [r.status for r in results] == ["ok", "pruned", "pruned", "ok", "ok"]
+    assert launch_prune.held_out_drop(trials[0].workdir) == pytest.approx(5.0)
+    assert any("001: pruned (000 ended 5.0 points below its best (> 3))" in m for m in messages)
+    assert not os.path.exists(trials[1].workdir)
+    again = launch_backends.run_local(trials, poll_s=0.02, log=lambda _: None, skip=skip)
+    assert [r.status for r in again] == ["reused", "pruned", "pruned", "reused", "reused"]
+    # across nothing, the gcd run is a setting of its own and runs
+    by_task = launch_prune.drop_pruner(trials, max_drop=3.0, across=())
+    assert by_task(trials[2]) is None and by_task(trials[1]) is not None
+    with pytest.raises(ValueError, match="--prune_drop=0.0 must be > 0"):
+        launch_prune.drop_pruner(trials, max_drop=0.0)
+
+
 def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
     trials = _fake_trials(tmp_path, [0, 1])
     values = {0: [0.1, 1 / 3], 1: [0.25, 2 / 7]}
@@ -221,7 +273,7 @@ def test_xmanager_launcher_runs_local_binaries(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "module",
-    [gin_bindings, launch, launch_backends, launch_plan, plots, sweeps],
+    [gin_bindings, launch, launch_backends, launch_plan, launch_prune, plots, sweeps],
     ids=lambda m: m.__name__,
 )
 def test_public_names_have_docstrings(module):
