@@ -22,7 +22,9 @@ accuracy against step with its 95% band, one line per group).
 `--against LABEL` adds, for every other group, its final held-out accuracy minus LABEL's with a
 95% interval (`intervals.difference_interval`: questions paired, each group's seeds resampled on
 their own), so that a win is claimed only where the interval excludes 0; groups must have been
-evaluated on the same held-out questions (refused otherwise, naming the keys that differ).
+evaluated on the same held-out questions (refused otherwise, naming the keys that differ). With
+k > 1 groups compared, a second column gives each difference at 1 - 0.05 / k (Bonferroni), the
+intervals that hold all together at 95% (`family_confidence`).
 
     python -m jaxrl_llm.report GRPO=runs/seeds/main_job PPO=runs/seeds/algorithms/ppo \
         --against GRPO --out docs/reports/algorithms
@@ -64,8 +66,8 @@ from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_quest
 from jaxrl_llm.metrics import read_eval_questions, read_metrics
 
 __all__ = [
-    "Group", "Run", "Setting", "choose", "collect_groups", "keep_records", "load_run", "main",
-    "markdown", "summarize",
+    "Group", "Run", "Setting", "choose", "collect_groups", "family_confidence", "keep_records",
+    "load_run", "main", "markdown", "summarize",
 ]  # fmt: skip
 
 IGNORED_KEYS = ("seed",)  # what may differ inside a group
@@ -344,8 +346,15 @@ def _held_out_of(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k in HELD_OUT_KEYS or k.startswith("task.kwargs.")}
 
 
-def compare(rows: Sequence[Mapping[str, Any]], against: str, *, num_resamples: int = 4000):
-    """[(label, Interval)] of each other group's final held-out accuracy minus `against`'s.
+def compare(
+    rows: Sequence[Mapping[str, Any]],
+    against: str,
+    *,
+    num_resamples: int = 4000,
+    confidence: float = 0.95,
+):
+    """[(label, Interval)] of each other group's final held-out accuracy minus `against`'s, at
+    `confidence` (`family_confidence` gives the level that holds for all of them together).
 
     Raises:
       ValueError: no group is labelled `against`; a group without per-question results; or
@@ -373,26 +382,45 @@ def compare(rows: Sequence[Mapping[str, Any]], against: str, *, num_resamples: i
                 "compare groups of one task and eval set."
             )
         diff = difference_interval(
-            row["after_table"], base["after_table"], num_resamples=num_resamples
+            row["after_table"],
+            base["after_table"],
+            confidence=confidence,
+            num_resamples=num_resamples,
         )
         out.append((row["label"], diff))
     return out
 
 
-def comparison_markdown(against: str, diffs) -> str:
-    """The `--against` table."""
+def family_confidence(num_comparisons: int, confidence: float = 0.95) -> float:
+    """The level at which each of `num_comparisons` intervals must be taken for all of them to
+    hold together at `confidence` (Bonferroni: 1 - (1 - confidence) / k; 0.99 for 5 at 0.95)."""
+    return 1.0 - (1.0 - confidence) / max(num_comparisons, 1)
+
+
+def comparison_markdown(against: str, diffs, family_diffs=None) -> str:
+    """The `--against` table; `family_diffs`, the same at `family_confidence`, adds a column."""
+    family = family_diffs is not None and len(diffs) > 1
+    level = family_diffs[0][1].confidence if family else None
     lines = [
         "",
         f"Against {against}: final held-out accuracy minus {against}'s, in points, with a 95% "
         "interval (questions paired, each group's seeds resampled on their own); a difference "
         "whose interval includes 0 is not a win.",
-        "",
-        f"| group | minus {against} (points) |",
-        "| --- | --- |",
     ]
-    for label, diff in diffs:
-        mark = "" if diff.excludes_zero() else " (includes 0)"
-        lines.append(f"| {label} | {_pct(diff, signed=True)}{mark} |")
+    if family:
+        lines.append(
+            f"With {len(diffs)} groups compared against one, about one in 20 of their 95% "
+            "intervals may exclude 0 by chance; the last column is each interval at "
+            f"{100 * level:.4g}% (Bonferroni), which hold all together at 95%: a difference "
+            "that excludes 0 only in the first column is a lead, not yet a win."
+        )
+    header = f"| group | minus {against} (points) |"
+    lines += ["", header + (f" {100 * level:.4g}% (Bonferroni) |" if family else "")]
+    lines.append("| --- | --- |" + (" --- |" if family else ""))
+    cell = lambda d: _pct(d, signed=True) + ("" if d.excludes_zero() else " (includes 0)")  # noqa: E731
+    for i, (label, diff) in enumerate(diffs):
+        cells = [label, cell(diff)] + ([cell(family_diffs[i][1])] if family else [])
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -621,13 +649,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups = collect_groups(args.paths)
         rows = [summarize(g, num_resamples=args.resamples) for g in groups]
         diffs = compare(rows, args.against, num_resamples=args.resamples) if args.against else []
+        family_diffs = (
+            compare(
+                rows,
+                args.against,
+                num_resamples=args.resamples,
+                confidence=family_confidence(len(diffs)),
+            )
+            if len(diffs) > 1
+            else None
+        )
         copies = record_copies(groups, args.keep_records) if args.keep_records else []
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     text = markdown(rows, command=command)
     if args.against:
-        text += comparison_markdown(args.against, diffs)
+        text += comparison_markdown(args.against, diffs, family_diffs)
     if args.choose_across:
         settings, chosen = choose(rows, args.choose_across, max_drop=args.max_drop / 100)
         text += choice_markdown(settings, chosen, args.max_drop / 100)

@@ -124,6 +124,12 @@ def test_against_a_baseline_gives_the_difference_with_its_interval(tmp_path, cap
     assert report.main([*args, "--against", "base", "--resamples", "200"]) == 0
     text = capsys.readouterr().out
     assert "| better | +30.0 [" in text and "| same | +1.0 [" in text and "(includes 0)" in text
+    # two comparisons: each also at 97.5%, which hold together at 95%, and are wider
+    assert report.family_confidence(2) == pytest.approx(0.975)
+    assert "| minus base (points) | 97.5% (Bonferroni) |" in text
+    wide = dict(report.compare(rows, "base", num_resamples=500, confidence=0.975))
+    assert wide["better"].low < diffs["better"].low and wide["better"].excludes_zero()
+    assert wide["same"].confidence == 0.975
     # another task's held-out questions cannot be paired; an unknown label is named
     other = [make_run(tmp_path / f"g{s}", seed=s, task="gcd") for s in range(3)]
     rows = [report.summarize(g, num_resamples=100)
