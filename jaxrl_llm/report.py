@@ -5,7 +5,8 @@ Markdown and a PNG of the held-out curves.
     python -m jaxrl_llm.report grpo=runs/a,runs/b,runs/c ppo=runs/d,runs/e,runs/f --out ...
 
 Each argument is a run directory (with `summary.json`), a sweep directory (its finished trials;
-unfinished ones are listed and left out) or `LABEL=DIR[,DIR...]`, one explicit group. Runs from
+unfinished ones are listed and left out; a folder of sweeps or of `--keep_records` groups: the
+runs below it) or `LABEL=DIR[,DIR...]`, one explicit group. Runs from
 bare directories are grouped by their config minus `seed`; an explicit group whose configs differ
 in more than the seed is refused, naming the keys that differ.
 
@@ -159,6 +160,10 @@ def _run_dirs(path: str) -> tuple[list[str], list[str]]:
         return [path], []  # a run: load_run says so if it has not finished
     children = [os.path.join(path, d) for d in sorted(os.listdir(path))]
     runs = [d for d in children if os.path.isfile(os.path.join(d, "config.json"))]
+    if not runs:  # a folder of sweeps or of kept groups (`--keep_records`): runs at any depth
+        runs = sorted(
+            root for root, _, files in os.walk(path) if root != path and "config.json" in files
+        )
     if not runs:
         raise FileNotFoundError(
             f"report: {path} holds no run (no config.json in it or its subdirectories)."
