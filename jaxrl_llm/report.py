@@ -107,10 +107,11 @@ class Run(NamedTuple):
 
 
 class Group(NamedTuple):
-    """Runs that differ only in their seed, under one label."""
+    """Runs that differ only in their seed, under one label (`explicit`: given as LABEL=DIRS)."""
 
     label: str
     runs: list[Run]
+    explicit: bool = False
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -223,7 +224,7 @@ def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
                     f"{', '.join(keys)}. Put runs of one config in a group, or give the "
                     "directories without a label to group them by config."
                 )
-            explicit.append(Group(label, runs))
+            explicit.append(Group(label, runs, explicit=True))
             continue
         finished, unfinished = _run_dirs(argument)
         for d in unfinished:
@@ -247,9 +248,11 @@ def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
 
 def record_copies(groups: Sequence[Group], dest: str) -> list[tuple[str, str]]:
     """(source, target) of every record file of the groups' runs under `dest`:
-    `dest/<label>/<run directory name>/<file>`, the label with runs of other characters than
-    letters, digits and `._=+-` replaced by `_`. Files a run lacks (`eval_questions.jsonl` of an
-    old run) are skipped.
+    `dest/<label>/<run directory name>/<file>` for a group given as LABEL=DIRS (the label with
+    runs of other characters than letters, digits and `._=+-` replaced by `_`), else
+    `dest/<sweep directory name>/<run directory name>/<file>`, the sweep's own layout, whatever
+    groups the report forms. Files a run lacks (`eval_questions.jsonl` of an old run) are
+    skipped.
 
     Raises:
       ValueError: two runs of one group with the same directory name, or a target that exists
@@ -257,9 +260,11 @@ def record_copies(groups: Sequence[Group], dest: str) -> list[tuple[str, str]]:
     """
     copies, targets = [], {}
     for group in groups:
-        folder = os.path.join(dest, re.sub(r"[^A-Za-z0-9._=+-]+", "_", group.label) or "group")
+        label_folder = re.sub(r"[^A-Za-z0-9._=+-]+", "_", group.label) or "group"
         for run in group.runs:
-            target_dir = os.path.join(folder, os.path.basename(os.path.normpath(run.workdir)))
+            workdir = os.path.normpath(run.workdir)
+            folder = label_folder if group.explicit else os.path.basename(os.path.dirname(workdir))
+            target_dir = os.path.join(dest, folder, os.path.basename(workdir))
             if target_dir in targets:
                 raise ValueError(
                     f"report: --keep_records: {targets[target_dir]} and {run.workdir} would both "

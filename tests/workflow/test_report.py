@@ -210,11 +210,11 @@ def test_keep_records_copies_what_the_report_reads(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "out")
     assert json.load(open(kept / "online_DPO" / "001_seed=1" / "config.json"))["seed"] == 1
 
-    # a sweep's groups kept under their labels report again from the folder above them
+    # a sweep's runs are kept in its own layout, and report again from the folder above
     for seed in range(2):
         make_run(tmp_path / "sw" / f"gcd_{seed}", seed=seed, task="gcd")
         make_run(tmp_path / "sw" / f"cs_{seed}", seed=seed)
     assert report.main([str(tmp_path / "sw"), "--keep_records", str(tmp_path / "k")]) == 0
-    assert sorted(os.listdir(tmp_path / "k")) == ["task.name=chain_sum", "task.name=gcd"]
+    assert sorted(os.listdir(tmp_path / "k" / "sw")) == ["cs_0", "cs_1", "gcd_0", "gcd_1"]
     again = report.collect_groups([str(tmp_path / "k")])
     assert sorted(len(g.runs) for g in again) == [2, 2]
