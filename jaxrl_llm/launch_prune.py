@@ -20,6 +20,7 @@ from typing import Any
 
 from jaxrl_llm.launch_plan import Trial, is_finished
 from jaxrl_llm.metrics import read_metrics
+from jaxrl_llm.report import IGNORED_KEYS, config_key, drop_from_best, held_out_curve
 
 __all__ = ["drop_pruner", "held_out_drop", "setting_of"]
 
@@ -27,18 +28,16 @@ __all__ = ["drop_pruner", "held_out_drop", "setting_of"]
 def held_out_drop(workdir: str) -> float | None:
     """Points of held-out accuracy (`eval/accuracy`) between a run's best evaluation and its
     last, or None when it logged no evaluation."""
-    curve = [row["eval/accuracy"] for row in read_metrics(workdir) if "eval/accuracy" in row]
-    return 100.0 * (max(curve) - curve[-1]) if curve else None
+    curve = held_out_curve(read_metrics(workdir))
+    return 100.0 * drop_from_best(curve) if curve else None
 
 
 def setting_of(overrides: Mapping[str, Any], across: Sequence[str]) -> str:
-    """A key of the overrides a trial shares with the other seeds and tasks of its setting."""
-    kept = {
-        k: repr(v)
-        for k, v in overrides.items()
-        if k != "seed" and not any(k.startswith(prefix) for prefix in across)
-    }
-    return repr(sorted(kept.items()))
+    """A key of the overrides a trial shares with the other seeds and tasks of its setting (as
+    `report.choose` joins groups into settings)."""
+    return config_key(
+        overrides, lambda k: k not in IGNORED_KEYS and not k.startswith(tuple(across))
+    )
 
 
 def drop_pruner(

@@ -40,9 +40,10 @@ evaluation; the chosen one is the qualifying setting of the highest mean gain ov
         --out docs/reports/stabilisers
 
 `--keep_records DIR` copies each reported run's records (`RECORD_FILES`: the whole input of the
-report, a few hundred kB a run, no checkpoints or samples) to `DIR/<group label>/<run name>`, so
-the report can be regenerated from a repository after the run directories are gone; a record
-already there with other content is refused, nothing copied.
+report, tens of kB a run, no checkpoints or samples) to `DIR/<label>/<run name>` for a
+`LABEL=DIRS` group and `DIR/<sweep directory name>/<run name>` otherwise, so the report can be
+regenerated from a repository after the run directories are gone; a record already there with
+other content is refused, nothing copied.
 
     python -m jaxrl_llm.report RRHF=runs/seeds/rrhf --keep_records docs/reports/runs/algorithms
 """
@@ -67,8 +68,9 @@ from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_quest
 from jaxrl_llm.metrics import read_eval_questions, read_metrics
 
 __all__ = [
-    "Group", "Run", "Setting", "choose", "collect_groups", "family_confidence", "keep_records",
-    "load_run", "main", "markdown", "summarize",
+    "Group", "Run", "Setting", "choose", "collect_groups", "config_key", "copy_records",
+    "drop_from_best", "family_confidence", "held_out_curve", "keep_records", "load_run", "main",
+    "markdown", "record_copies", "summarize",
 ]  # fmt: skip
 
 IGNORED_KEYS = ("seed",)  # what may differ inside a group
@@ -147,7 +149,7 @@ def load_run(workdir: str) -> Run:
         config = flatten(json.load(f))
     task = config.get("task.name")
     metrics = read_metrics(workdir)
-    curve = {int(r["step"]): r["eval/accuracy"] for r in metrics if "eval/accuracy" in r}
+    curve = held_out_curve(metrics)
     entropy = {int(r["step"]): r["train/entropy"] for r in metrics if "train/entropy" in r}
     correct = {step: v for (step, name), v in read_eval_questions(workdir).items() if name == task}
     return Run(workdir, config, summary, curve, correct, entropy)
@@ -173,10 +175,21 @@ def _run_dirs(path: str) -> tuple[list[str], list[str]]:
     return finished, [d for d in runs if d not in finished]
 
 
-def _config_key(config: Mapping[str, Any], keep) -> str:
+def config_key(config: Mapping[str, Any], keep) -> str:
     """A hashable key of the entries of `config` whose key `keep(key)` accepts (values by repr,
     so unhashable values compare too)."""
     return repr(sorted((k, repr(v)) for k, v in config.items() if keep(k)))
+
+
+def held_out_curve(metrics: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+    """{step: held-out accuracy of the run's task} of a run's metrics rows (`eval/accuracy`)."""
+    return {int(r["step"]): r["eval/accuracy"] for r in metrics if "eval/accuracy" in r}
+
+
+def drop_from_best(curve: Mapping[int, float]) -> float:
+    """How far a run's last evaluation of {step: held-out accuracy} ends below its best (issue
+    42's rule allows 0.03); 0.0 for a curve that ends at its best."""
+    return max(curve.values()) - curve[max(curve)]
 
 
 def differing_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -232,7 +245,7 @@ def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
         loose += [load_run(d) for d in finished]
     by_config: dict[str, list[Run]] = {}
     for run in loose:
-        key = _config_key(run.config, lambda k: k not in IGNORED_KEYS)
+        key = config_key(run.config, lambda k: k not in IGNORED_KEYS)
         by_config.setdefault(key, []).append(run)
     configs = [runs[0].config for runs in by_config.values()]
     shown = differing_keys(configs) if len(configs) > 1 else []
@@ -287,7 +300,11 @@ def record_copies(groups: Sequence[Group], dest: str) -> list[tuple[str, str]]:
 def keep_records(groups: Sequence[Group], dest: str) -> list[str]:
     """Copies the groups' run records (`record_copies`) and returns the run directories written;
     nothing is copied when any target conflicts."""
-    copies = record_copies(groups, dest)
+    return copy_records(record_copies(groups, dest))
+
+
+def copy_records(copies: Sequence[tuple[str, str]]) -> list[str]:
+    """Writes the (source, target) pairs of `record_copies`; returns the run directories."""
     for source, target in copies:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if os.path.abspath(source) != os.path.abspath(target):
@@ -317,7 +334,7 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
     steps = sorted(set.intersection(*(set(r.curve) for r in runs)))
     mean_curve = {s: float(np.mean([r.curve[s] for r in runs])) for s in steps}
     best_step = max(mean_curve, key=lambda s: (mean_curve[s], -s)) if mean_curve else None
-    drops = [max(r.curve.values()) - r.curve[max(r.curve)] for r in runs if r.curve]
+    drops = [drop_from_best(r.curve) for r in runs if r.curve]
     # Each seed's last sampled entropy over its first (issue 42 asks for at least a third).
     entropy_ratios = [
         r.entropy[max(r.entropy)] / r.entropy[min(r.entropy)]
@@ -465,8 +482,8 @@ def choose(
     tasks: set[str] = set()
     for row in rows:
         config = row["runs"][0].config
-        tasks.add(_config_key(config, lambda k: k.startswith(across)))
-        key = _config_key(config, lambda k: k not in IGNORED_KEYS and not k.startswith(across))
+        tasks.add(config_key(config, lambda k: k.startswith(across)))
+        key = config_key(config, lambda k: k not in IGNORED_KEYS and not k.startswith(across))
         settings.setdefault(key, []).append(row)
     configs = [
         {k: v for k, v in group[0]["runs"][0].config.items() if not k.startswith(across)}
@@ -649,7 +666,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--keep_records",
         metavar="DIR",
-        help="copy the runs' records (config, summary, metrics, held-out answers) to DIR/<label>",
+        help="copy the runs' records (config, summary, metrics, held-out answers) under DIR",
     )
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(
@@ -686,7 +703,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f.write(text)
         print(f"[report] wrote {args.out}.md and {plot(rows, args.out + '.png')}")
     if copies:
-        kept = keep_records(groups, args.keep_records)
+        kept = copy_records(copies)
         print(f"[report] kept the records of {len(kept)} runs under {args.keep_records}")
     return 0
 
