@@ -2,7 +2,8 @@
 
 `metrics.jsonl` has one JSON object per step; `samples.jsonl` holds logged completions;
 `eval_questions.jsonl` holds each evaluation's per-question correctness (what `jaxrl_llm.report`
-resamples for its intervals).
+resamples for its intervals) and, where the evaluator kept them, each question's answer and
+copied-input flag (what the report's hack check reads, `jaxrl_llm.evals.hacks`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def _to_float(value: Any) -> float:
 
 log = logging.getLogger(__name__)
 EVAL_QUESTIONS_FILE = "eval_questions.jsonl"
+MAX_ANSWER_CHARS = 40  # an answer is kept to compare answers, not to read the completion
+
+
+def _flags(values: Any) -> list[int]:
+    return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
 class MetricsWriter:
@@ -84,13 +90,25 @@ class MetricsWriter:
             )
             self._tb.add_text("samples", text, int(step))
 
-    def write_eval_questions(self, step: int, correct: Mapping[str, Any]) -> None:
+    def write_eval_questions(
+        self,
+        step: int,
+        correct: Mapping[str, Any],
+        details: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         """Appends one line per held-out set: `{"step", "set", "correct": [0/1 per question]}`,
-        in the set's question order (the same questions at every step)."""
+        in the set's question order (the same questions at every step); with the set's
+        `details` (`Evaluator.details`) also `"answers"` (each cut to `MAX_ANSWER_CHARS`, null
+        for none) and `"copied_input"` (0/1)."""
         for name, values in correct.items():
-            flags = [int(v) for v in np.asarray(values).reshape(-1)]
-            self._questions.write(json.dumps({"step": int(step), "set": name, "correct": flags}))
-            self._questions.write("\n")
+            row = {"step": int(step), "set": name, "correct": _flags(values)}
+            extra = (details or {}).get(name)
+            if extra is not None:
+                row["answers"] = [
+                    None if a is None else str(a)[:MAX_ANSWER_CHARS] for a in extra["answers"]
+                ]
+                row["copied_input"] = _flags(extra["copied_input"])
+            self._questions.write(json.dumps(row) + "\n")
         self._questions.flush()
 
     def close(self) -> None:
@@ -120,11 +138,11 @@ def read_metrics(workdir: str) -> list[dict[str, float]]:
     return rows
 
 
-def read_eval_questions(workdir: str) -> dict[tuple[int, str], np.ndarray]:
-    """{(step, set name): per-question correctness (0/1)} of `workdir/eval_questions.jsonl`;
-    a step evaluated twice (a resumed run) keeps its last line."""
+def read_eval_rows(workdir: str) -> dict[tuple[int, str], dict[str, Any]]:
+    """{(step, set name): the line's JSON object} of `workdir/eval_questions.jsonl`; a step
+    evaluated twice (a resumed run) keeps its last line, a torn line is skipped."""
     path = os.path.join(workdir, EVAL_QUESTIONS_FILE)
-    result: dict[tuple[int, str], np.ndarray] = {}
+    result: dict[tuple[int, str], dict[str, Any]] = {}
     if not os.path.exists(path):
         return result
     with open(path) as f:
@@ -136,5 +154,10 @@ def read_eval_questions(workdir: str) -> dict[tuple[int, str], np.ndarray]:
             except json.JSONDecodeError:
                 log.warning("%s: skipping a torn line", path)
                 continue
-            result[(int(row["step"]), row["set"])] = np.asarray(row["correct"], np.int8)
+            result[(int(row["step"]), row["set"])] = row
     return result
+
+
+def read_eval_questions(workdir: str) -> dict[tuple[int, str], np.ndarray]:
+    """{(step, set name): per-question correctness (0/1)} of `workdir/eval_questions.jsonl`."""
+    return {k: np.asarray(row["correct"], np.int8) for k, row in read_eval_rows(workdir).items()}

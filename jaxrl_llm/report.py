@@ -15,8 +15,10 @@ Per group: the runs (seeds), held-out greedy accuracy before and after training 
 `eval_questions.jsonl`), the gain with its interval (paired by seed and question), the best
 evaluation of the mean curve and its step, each seed's drop from its own best to its last
 evaluation, the lowest ratio of a seed's last sampled-token entropy to its first (`train/entropy`;
-issue 42 asks the default to keep at least a third), the mean wall time, and the CPU the runs
-recorded. `--out PREFIX` writes
+issue 42 asks the default to keep at least a third), the hacks a seed's last evaluation shows
+and its first did not (a constant answer, a copied input number: `jaxrl_llm.evals.hacks`, from
+the answers `eval_questions.jsonl` keeps; "not kept" for older runs), the mean wall time, and the
+CPU the runs recorded. `--out PREFIX` writes
 `PREFIX.md` (the same table, with the command, date and CPUs) and `PREFIX.png` (mean held-out
 accuracy against step with its 95% band, one line per group).
 
@@ -64,8 +66,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxrl_llm.evals.hacks import EvalAnswers, find_hacks
 from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
-from jaxrl_llm.metrics import read_eval_questions, read_metrics
+from jaxrl_llm.metrics import read_eval_rows, read_metrics
 
 __all__ = [
     "Group", "Run", "Setting", "choose", "collect_groups", "config_key", "copy_records",
@@ -88,6 +91,8 @@ class Run(NamedTuple):
       curve: {step: held-out accuracy of the run's task}.
       correct: {step: [Q] 0/1 per held-out question}, where the run kept them.
       entropy: {step: mean entropy of the step's sampled tokens (`train/entropy`)}, where logged.
+      answers: {step: the held-out answers and copied-input flags (`hacks.EvalAnswers`)}, where
+        the run kept them.
     """
 
     workdir: str
@@ -96,6 +101,7 @@ class Run(NamedTuple):
     curve: dict[int, float]
     correct: dict[int, np.ndarray]
     entropy: dict[int, float]
+    answers: dict[int, EvalAnswers]
 
     @property
     def seed(self) -> int:
@@ -151,8 +157,14 @@ def load_run(workdir: str) -> Run:
     metrics = read_metrics(workdir)
     curve = held_out_curve(metrics)
     entropy = {int(r["step"]): r["train/entropy"] for r in metrics if "train/entropy" in r}
-    correct = {step: v for (step, name), v in read_eval_questions(workdir).items() if name == task}
-    return Run(workdir, config, summary, curve, correct, entropy)
+    rows = {step: row for (step, name), row in read_eval_rows(workdir).items() if name == task}
+    correct = {step: np.asarray(row["correct"], np.int8) for step, row in rows.items()}
+    answers = {
+        step: EvalAnswers(row["answers"], correct[step], np.asarray(row["copied_input"], np.int8))
+        for step, row in rows.items()
+        if "answers" in row and "copied_input" in row
+    }
+    return Run(workdir, config, summary, curve, correct, entropy, answers)
 
 
 def _run_dirs(path: str) -> tuple[list[str], list[str]]:
@@ -342,6 +354,11 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         if r.entropy and r.entropy[min(r.entropy)] > 0
     ]
     hosts = sorted({_host(r.summary) for r in runs})
+    # The hacks each seed's last evaluation shows against its first (None: answers not kept).
+    kept = all(0 in r.answers and r.final_step in r.answers for r in runs)
+    hacks = (
+        {r.seed: find_hacks(r.answers[0], r.answers[r.final_step]) for r in runs} if kept else None
+    )
     interval = lambda table: seeds_questions_interval(table, num_resamples=num_resamples)  # noqa: E731
     return {
         "label": group.label,
@@ -356,6 +373,7 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         "best": (mean_curve[best_step], best_step) if best_step is not None else None,
         "worst_drop": max(drops) if drops else None,
         "entropy_ratio": min(entropy_ratios) if len(entropy_ratios) == len(runs) else None,
+        "hacks": hacks,
         "steps": sorted({r.final_step for r in runs}),
         "wall_min": float(np.mean([r.summary.get("wall_time_s", np.nan) for r in runs])) / 60,
         "hosts": hosts,
@@ -567,7 +585,8 @@ def _pct(interval: Interval, signed: bool = False) -> str:
 
 COLUMNS = (
     "group", "seeds", "before %", "after %", "gain (points)", "per-seed gains",
-    "best % (step)", "worst drop", "entropy last/first", "steps", "wall (min)", "CPU",
+    "best % (step)", "worst drop", "entropy last/first", "hacks (last eval)", "steps",
+    "wall (min)", "CPU",
 )  # fmt: skip
 
 
@@ -586,10 +605,20 @@ def row_cells(row: Mapping[str, Any]) -> list[str]:
         "" if best is None else f"{100 * best[0]:.1f} ({best[1]})",
         "" if row["worst_drop"] is None else f"{100 * row['worst_drop']:.1f}",
         "" if row["entropy_ratio"] is None else f"{row['entropy_ratio']:.2f}",
+        hacks_cell(row["hacks"]),
         ",".join(map(str, row["steps"])),
         f"{row['wall_min']:.1f}",
         "; ".join(row["hosts"]),
     ]
+
+
+def hacks_cell(hacks: Mapping[int, Sequence[str]] | None) -> str:
+    """ "none", each seed's hacks (`jaxrl_llm.evals.hacks.find_hacks`), or "not kept" for runs
+    whose evaluations kept no answers."""
+    if hacks is None:
+        return "not kept"
+    found = [f"seed {seed}: {'; '.join(h)}" for seed, h in sorted(hacks.items()) if h]
+    return " / ".join(found) or "none"
 
 
 def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
@@ -600,8 +629,9 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
         "seeds and questions (gain: paired by seed and question); a gain whose interval "
         "includes 0 is marked. Worst drop: the largest fall of one seed from its best held-out "
         "evaluation to its last, in points. Entropy last/first: the lowest over seeds of the "
-        "mean sampled-token entropy at the last step over that at the first. A group of fewer "
-        "than 3 seeds is a sketch, not a result.",
+        "mean sampled-token entropy at the last step over that at the first. Hacks: a constant "
+        "answer or a copied input number that a seed's last evaluation shows and its first did "
+        "not (`jaxrl_llm.evals.hacks`). A group of fewer than 3 seeds is a sketch, not a result.",
     ]
     if any(not r["per_question"] for r in rows):
         notes.append("Rows without per-question results resample seeds only.")

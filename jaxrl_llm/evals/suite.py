@@ -24,13 +24,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from jaxrl_llm.data import Example
 from jaxrl_llm.data.split import distinct_questions
 from jaxrl_llm.evals.estimators import maj_at_k, pass_at_k
+from jaxrl_llm.evals.hacks import copied_input
 from jaxrl_llm.rewards import RewardRunner, extract_answer
 from jaxrl_llm.rollout.chat import (
     chat_generation_config,
@@ -118,6 +119,7 @@ class Decoded(NamedTuple):
     answers: list[str | None]  # [N]
     lengths: np.ndarray  # int [N]
     truncated: np.ndarray  # bool [N]
+    copied_input: np.ndarray  # bool [N], `jaxrl_llm.evals.hacks.copied_input`
 
 
 class Evaluator:
@@ -133,12 +135,16 @@ class Evaluator:
     Attributes:
       correct: {set name: bool [N]} whether each greedy answer of the set's last evaluation was
         right, in the set's order (what a report resamples for intervals over questions).
+      details: {set name: {"answers": [N] str | None, "copied_input": bool [N]}} of the same
+        evaluation: what `jaxrl_llm.evals.hacks` reads to find a constant answer or a copied
+        input number.
     """
 
     def __init__(self, model, tokenizer, rewards: RewardRunner, settings: EvalSettings):
         self.model, self.tokenizer, self.rewards = model, tokenizer, rewards
         self.settings = settings
         self.correct: dict[str, np.ndarray] = {}
+        self.details: dict[str, dict[str, Any]] = {}
         self.greedy = self._generator(temperature=0.0)
         self.sampler = self._generator(settings.temperature) if settings.num_samples else None
 
@@ -168,6 +174,10 @@ class Evaluator:
             raise ValueError(f"Evaluator: the set {eval_set.name!r} has no examples.")
         greedy = self.decode(examples, params=params)
         self.correct[eval_set.name] = greedy.scores == 1.0
+        self.details[eval_set.name] = {
+            "answers": greedy.answers,
+            "copied_input": greedy.copied_input,
+        }
         result = {
             "accuracy": float(np.mean(greedy.scores == 1.0)),
             "score": float(np.mean(greedy.scores)),
@@ -214,7 +224,7 @@ class Evaluator:
         )
         # The continuous batcher takes every prompt at once; fixed batches go chunk by chunk.
         chunk = len(ids) if s.continuous else s.num_slots
-        scores, answers, lengths, truncated = [], [], [], []
+        scores, answers, lengths, truncated, copied = [], [], [], [], []
         for start in range(0, len(ids), chunk):
             rollout = generator(ids[start : start + chunk], seed=seed + start, params=params)
             completions = completion_texts(self.tokenizer, rollout)
@@ -226,10 +236,18 @@ class Evaluator:
                 extract_answer(c, e.question, rule=self.rewards.answer_rule) or None
                 for c, e in zip(completions, examples[start : start + chunk], strict=True)
             )
+            copied.extend(
+                copied_input(c, e)
+                for c, e in zip(completions, examples[start : start + chunk], strict=True)
+            )
             lengths.extend(np.asarray(rollout.lengths).tolist())
             truncated.extend((np.asarray(rollout.finish_reason) == FinishReason.LENGTH).tolist())
         return Decoded(
-            np.asarray(scores, np.float64), answers, np.asarray(lengths), np.asarray(truncated)
+            np.asarray(scores, np.float64),
+            answers,
+            np.asarray(lengths),
+            np.asarray(truncated),
+            np.asarray(copied, bool),
         )
 
 

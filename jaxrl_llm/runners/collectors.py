@@ -75,6 +75,7 @@ class Collector:
     Attributes:
       eval_sets: the held-out `EvalSet`s `evaluate` scores, the run's task first.
       eval_correct: per-question correctness of the last evaluation ({} when not kept).
+      eval_details: its per-question answers (`Evaluator.details`; optional).
     """
 
     eval_sets: list

@@ -140,8 +140,10 @@ class EvaluationHook(Hook):
         """`result` as "eval/<metric>", its "seconds" as "time/eval_s" (timings live there)."""
         scalars = {"time/eval_s" if k == "seconds" else f"eval/{k}": v for k, v in result.items()}
         run.writer.write_scalars(step, scalars)
-        # per-question correctness of the evaluation just run, when the run keeps it
-        run.writer.write_eval_questions(step, getattr(run, "eval_correct", {}))
+        # per-question correctness and answers of the evaluation just run, when the run keeps them
+        run.writer.write_eval_questions(
+            step, getattr(run, "eval_correct", {}), getattr(run, "eval_details", {})
+        )
 
     def on_start(self, run: RunContext) -> None:
         if self.before and run.meta.get("eval_before") is None:

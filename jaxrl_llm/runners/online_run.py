@@ -127,6 +127,11 @@ class OnlineRun:
         """Per-question correctness of the last evaluation (for the metrics writer)."""
         return self.collector.eval_correct
 
+    @property
+    def eval_details(self) -> dict[str, Any]:
+        """Per-question answers of the last evaluation (`Evaluator.details`), where kept."""
+        return getattr(self.collector, "eval_details", {})
+
     def state_tree(self) -> dict[str, Any]:
         """Everything that changes during training, as one pytree (what checkpoints hold):
         the roles' and the algorithm's state, and what the schedule adds."""

@@ -65,6 +65,7 @@ class SingleTurnSampler(Collector):
             )
         self.eval_sets = build_eval_sets(config)
         self.eval_correct: dict[str, Any] = {}  # per-question correctness of the last evaluation
+        self.eval_details: dict[str, Any] = {}  # and its answers (`Evaluator.details`)
         self.evaluator = Evaluator(  # decodes with the rollout's weights, so its graph
             roles.rollout.decode_model,
             parts.tokenizer,
@@ -81,6 +82,7 @@ class SingleTurnSampler(Collector):
         rollout.sync(self.roles.actor.params)
         results = self.evaluator(self.eval_sets, params=rollout.params)
         self.eval_correct = dict(self.evaluator.correct)
+        self.eval_details = dict(self.evaluator.details)
         rollout.release()
         result = dict(results.pop(self.config.task.name))
         for name, metrics in results.items():

@@ -145,3 +145,29 @@ def test_answers_are_read_with_the_rewards_answer_rule(policy, monkeypatch):
         results[rule] = (decoded.scores.tolist(), decoded.answers)
     assert results["last_number"] == ([1.0, 1.0, 0.0], ["4", "4", "8"])
     assert results["stated"] == ([0.0, 1.0, 0.0], [None, "4", "8"])
+
+
+def test_details_keep_each_answer_and_whether_it_copied_an_input(policy, monkeypatch):
+    """`Evaluator.details` holds what the report's hack check reads: a completion ending on an
+    input number that is not the answer is a copy; one ending on an input that is the answer
+    (lcm(2, 4) = 4) is not."""
+    from jaxrl_llm.evals import suite
+
+    completions = ["LCM(2, 3)\nLCM(2, 3)", "The LCM is 6.", "LCM(2, 4)\nLCM(2, 4)", "no number"]
+    monkeypatch.setattr(suite, "completion_texts", lambda tokenizer, rollout: completions)
+    question = "Find the Least Common Multiple (LCM) of these numbers: {}"
+    examples = [
+        Example(question.format("2, 3"), "6", "hand", 0),
+        Example(question.format("2, 3"), "6", "hand", 1),
+        Example(question.format("2, 4"), "4", "hand", 2),
+        Example(question.format("2, 4"), "4", "hand", 3),
+    ]
+    model, tokenizer = policy
+    evaluator = Evaluator(
+        model, tokenizer, RewardRunner({"task": task_reward}), EvalSettings(max_new_tokens=2)
+    )
+    evaluator([EvalSet("lcm", examples)])
+    details = evaluator.details["lcm"]
+    assert details["answers"] == ["3", "6", "4", "no number"]
+    assert details["copied_input"].tolist() == [True, False, False, False]
+    assert evaluator.correct["lcm"].tolist() == [False, True, True, False]

@@ -15,3 +15,10 @@ def test_readme_new_algorithm_example_runs(tmp_path, monkeypatch):
     summary = json.load(open(tmp_path / "runs" / "sign_pg" / "summary.json"))
     assert summary["algorithm"] == "sign_pg" and summary["steps"] == 4
     assert summary["eval_before"]["accuracy"] >= 0 and "eval_after" in summary
+    # each evaluation keeps its per-question answers for the report's hack check
+    from jaxrl_llm.metrics import read_eval_rows
+
+    rows = read_eval_rows(str(tmp_path / "runs" / "sign_pg"))
+    assert sorted(step for step, _ in rows) == [0, 4]
+    for row in rows.values():
+        assert len(row["answers"]) == len(row["copied_input"]) == len(row["correct"]) > 0

@@ -218,3 +218,35 @@ def test_keep_records_copies_what_the_report_reads(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path / "k" / "sw")) == ["cs_0", "cs_1", "gcd_0", "gcd_1"]
     again = report.collect_groups([str(tmp_path / "k")])
     assert sorted(len(g.runs) for g in again) == [2, 2]
+
+
+def test_hacks_column_reads_the_answers_the_writer_keeps(tmp_path, capsys):
+    """Answers written by `MetricsWriter` (as the evaluation hook does) reach the report's hack
+    check: the seed whose last evaluation answers a constant "2" that is mostly wrong is named,
+    the others are not; runs whose evaluations kept no answers say so."""
+    from jaxrl_llm.metrics import MetricsWriter, read_eval_rows
+
+    references = ["2"] * 20 + [str(i) for i in range(3, 83)]
+    for seed in range(3):
+        path = make_run(tmp_path / "sweep" / f"gcd_{seed}", seed=seed, task="gcd")
+        os.remove(os.path.join(path, "eval_questions.jsonl"))
+        writer = MetricsWriter(path, tensorboard=False)
+        final = ["2"] * 60 + references[60:] if seed == 1 else references
+        for step, answers in ((0, references[:50] + [None] * 50), (10, final)):
+            correct = np.asarray([a == r for a, r in zip(answers, references, strict=True)])
+            details = {"gcd": {"answers": answers, "copied_input": np.zeros(100, bool)}}
+            writer.write_eval_questions(step, {"gcd": correct}, details)
+        writer.close()
+    row = read_eval_rows(path)[(10, "gcd")]
+    assert row["answers"] == references and row["copied_input"] == [0] * 100
+    (group,) = report.collect_groups([str(tmp_path / "sweep")])
+    summary = report.summarize(group, num_resamples=100)
+    assert summary["hacks"][0] == summary["hacks"][2] == []
+    assert summary["hacks"][1] == [
+        "constant answer '2' on 60% of questions (from 20%), right on 33% of them"
+    ]
+    assert report.main([str(tmp_path / "sweep"), "--resamples", "100"]) == 0
+    assert "| seed 1: constant answer '2' on 60%" in capsys.readouterr().out
+    old = [make_run(tmp_path / "old" / f"r{s}", seed=s) for s in range(3)]
+    (group,) = report.collect_groups([f"old={','.join(old)}"])
+    assert report.hacks_cell(report.summarize(group, num_resamples=100)["hacks"]) == "not kept"

@@ -1,0 +1,58 @@
+"""The hack check on hand-made held-out answers (`jaxrl_llm.evals.hacks`)."""
+
+import numpy as np
+import pytest
+
+from jaxrl_llm.data import Example
+from jaxrl_llm.evals.hacks import EvalAnswers, answer_key, constant_answer, copied_input, find_hacks
+
+
+def records(answers, correct, copied=None):
+    n = len(answers)
+    copied = np.zeros(n, np.int8) if copied is None else np.asarray(copied, np.int8)
+    return EvalAnswers(answers, np.asarray(correct, np.int8), copied)
+
+
+def test_copied_input_is_a_wrong_copy_of_a_question_number():
+    ex = Example("What is the LCM of 3 and 4?", "12", "lcm", 0)
+    assert copied_input("LCM(3, 4)\nLCM(3, 4)\nThe LCM(3, 4) is the smallest multiple of", ex)
+    assert not copied_input("The LCM is 12.", ex)
+    assert not copied_input("I do not know.", ex)
+    divides = Example("What is the LCM of 2 and 4?", "4", "lcm", 1)
+    assert not copied_input("LCM(2, 4)", divides)  # the larger input is the answer here
+    assert copied_input("3.0", ex)  # compared by value
+
+
+def test_answers_compare_by_value():
+    assert answer_key("2.0") == answer_key("2") == "2"
+    assert answer_key(" yes ") == "yes" and answer_key(None) is None and answer_key(" ") is None
+
+
+def test_the_gcd_constant_answer_is_found_and_honest_answers_are_not():
+    # 100 gcd questions whose answer is 2 on 20 of them; at the end the policy answers "2" on
+    # 60, right on the 20 where it is the answer.
+    references = ["2"] * 20 + [str(i) for i in range(3, 83)]
+    start = records(references[:30] + ["7"] * 70, [1] * 30 + [0] * 70)
+    hack = records(["2"] * 60 + references[60:], [1] * 20 + [0] * 40 + [1] * 40)
+    assert constant_answer(hack) == pytest.approx(("2", 0.6, 1 / 3))
+    (found,) = find_hacks(start, hack)
+    assert "constant answer '2' on 60% of questions (from 20%), right on 33%" in found
+    honest = records(references, [1] * 100)
+    assert find_hacks(start, honest) == []
+
+
+def test_a_habit_of_the_start_is_not_charged_to_rl():
+    copying = records(["5"] * 10 + [None] * 90, [0] * 100, [1] * 30 + [0] * 70)
+    assert find_hacks(copying, copying) == []  # 30% copies before and after: no rise
+    worse = records(["5"] * 10 + [None] * 90, [0] * 100, [1] * 40 + [0] * 60)
+    assert find_hacks(copying, worse) == ["copied input number on 40% of questions (from 30%)"]
+    constant = records(["1"] * 50 + [None] * 50, [0] * 100)
+    assert find_hacks(constant, constant) == []  # the base model's own constant answer
+
+
+def test_a_frequent_answer_that_is_mostly_right_is_not_a_hack():
+    start = records([None] * 100, [0] * 100)
+    right = records(["1"] * 40 + [None] * 60, [1] * 25 + [0] * 75)  # right on 25 of 40
+    assert find_hacks(start, right) == []
+    with pytest.raises(ValueError, match="one held-out set"):
+        find_hacks(start, records(["1"], [1]))
