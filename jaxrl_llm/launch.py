@@ -23,7 +23,9 @@ typo fails the whole sweep at once. Then, under `--sweep_dir`:
 `--prune_drop 3` skips the trials of a setting (overrides minus the seed and the `task.` keys,
 `--prune_across`) once one of its finished runs ends more than 3 points of held-out accuracy
 below its own best evaluation: issue 42's rule for a default, which that setting can no longer
-meet (`jaxrl_llm.launch_prune`). Local launcher only; order the sweep setting by setting.
+meet (`jaxrl_llm.launch_prune`); `--prune_entropy 0.333` also skips it once one of its runs
+keeps less than a third of its first sampled-token entropy (the issue's done-when for the
+default). Local launcher only; order the sweep setting by setting.
 
 A trial whose `summary.json` already records the configured number of steps is reused, not rerun;
 any other trial runs and resumes from its latest checkpoint. `--launcher xmanager` sends the same
@@ -48,7 +50,7 @@ from typing import Any
 from jaxrl_llm import sweeps as sweeps_lib
 from jaxrl_llm.launch_backends import TrialResult, run_local, run_xmanager
 from jaxrl_llm.launch_plan import parse_value, plan, write_plan
-from jaxrl_llm.launch_prune import drop_pruner
+from jaxrl_llm.launch_prune import setting_pruner
 from jaxrl_llm.metrics import read_metrics
 
 __all__ = [
@@ -135,12 +137,13 @@ def launch(
     env: Mapping[str, str] | None = None,
     rerun: bool = False,
     prune_drop: float | None = None,
+    prune_entropy: float | None = None,
     prune_across: Sequence[str] = ("task.",),
     log: Callable[[str], None] = print,
 ) -> list[TrialResult]:
     """Plans, runs and summarises a sweep (see the module docstring for the layout); with
-    `prune_drop`, the trials of a setting that can no longer qualify are skipped
-    (`launch_prune.drop_pruner`).
+    `prune_drop` or `prune_entropy`, the trials of a setting that can no longer qualify are
+    skipped (`launch_prune.setting_pruner`).
 
     Example:
       >>> from jaxrl_llm.sweeps import axis
@@ -159,10 +162,12 @@ def launch(
         python=python,
     )
     skip = None
-    if prune_drop is not None:
+    if prune_drop is not None or prune_entropy is not None:
         if launcher != "local":
-            raise ValueError("launch: --prune_drop needs --launcher local.")
-        skip = drop_pruner(planned, max_drop=prune_drop, across=prune_across)
+            raise ValueError("launch: --prune_drop and --prune_entropy need --launcher local.")
+        skip = setting_pruner(
+            planned, max_drop=prune_drop, min_entropy_ratio=prune_entropy, across=prune_across
+        )
     write_plan(
         sweep_dir,
         config_path,
@@ -238,6 +243,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="skip a setting's trials once one of its runs ends POINTS below its best (3)",
     )
     parser.add_argument(
+        "--prune_entropy",
+        type=float,
+        default=None,
+        metavar="RATIO",
+        help="skip a setting's trials once one of its runs keeps under RATIO of its first "
+        "sampled entropy (0.333)",
+    )
+    parser.add_argument(
         "--prune_across",
         default="task.",
         help="comma-separated key prefixes a setting spans (default: task.)",
@@ -280,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             python=args.python,
             rerun=args.rerun,
             prune_drop=args.prune_drop,
+            prune_entropy=args.prune_entropy,
             prune_across=tuple(filter(None, args.prune_across.split(","))),
         )
     except (FileNotFoundError, AttributeError, TypeError, ValueError, KeyError, ImportError) as e:

@@ -1,16 +1,18 @@
 """Pruning a sweep by issue 42's rule: a setting one of whose runs ends more than `max_drop`
 points of held-out accuracy below its own best evaluation cannot become the default
-(`jaxrl_llm.report.choose`), so its trials not yet started are skipped.
+(`jaxrl_llm.report.choose`), so its trials not yet started are skipped; with
+`min_entropy_ratio`, so is a setting one of whose runs keeps less than that share of its first
+sampled-token entropy (the issue's done-when asks the default to keep a third).
 
-    skip = drop_pruner(trials, max_drop=3.0, across=("task.",))
+    skip = setting_pruner(trials, max_drop=3.0, min_entropy_ratio=1 / 3, across=("task.",))
     run_local(trials, skip=skip)   # a skipped trial ends with status "pruned"
 
 A setting is a trial's overrides minus `seed` and minus the keys under `across` (the tasks it is
 tried on): with `--seeds 0,1,2` on chain_sum and gcd, a seed of either task that falls from its
 best disqualifies all six runs of its setting. The pruner reads the finished trials' metrics on
 disk each time it is asked, so an interrupted sweep prunes the same trials when relaunched.
-Pruned settings stay in the report as fewer seeds (a sketch) with the drop that disqualified
-them; the best gain of a setting no seed of which fell is not affected.
+Pruned settings stay in the report as fewer seeds (a sketch) with the drop or entropy that
+disqualified them; the best gain of a setting no seed of which fell is not affected.
 """
 
 from __future__ import annotations
@@ -20,16 +22,17 @@ from typing import Any
 
 from jaxrl_llm.launch_plan import Trial, is_finished
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.report import IGNORED_KEYS, config_key, drop_from_best, held_out_curve
+from jaxrl_llm.report import (
+    IGNORED_KEYS,
+    config_key,
+    drop_from_best,
+    entropy_ratio,
+    exceeds,
+    held_out_curve,
+    sampled_entropy,
+)
 
-__all__ = ["drop_pruner", "held_out_drop", "setting_of"]
-
-
-def held_out_drop(workdir: str) -> float | None:
-    """Points of held-out accuracy (`eval/accuracy`) between a run's best evaluation and its
-    last, or None when it logged no evaluation."""
-    curve = held_out_curve(read_metrics(workdir))
-    return 100.0 * drop_from_best(curve) if curve else None
+__all__ = ["setting_of", "setting_pruner"]
 
 
 def setting_of(overrides: Mapping[str, Any], across: Sequence[str]) -> str:
@@ -40,29 +43,53 @@ def setting_of(overrides: Mapping[str, Any], across: Sequence[str]) -> str:
     )
 
 
-def drop_pruner(
-    trials: Sequence[Trial], *, max_drop: float, across: Sequence[str] = ("task.",)
+def setting_pruner(
+    trials: Sequence[Trial],
+    *,
+    max_drop: float | None = None,
+    min_entropy_ratio: float | None = None,
+    across: Sequence[str] = ("task.",),
 ) -> Callable[[Trial], str | None]:
     """`skip(trial)`: why a trial is pruned (a finished run of its setting that ended more than
-    `max_drop` points below its best, named), or None to run it.
+    `max_drop` points below its best, or kept less than `min_entropy_ratio` of its first sampled
+    entropy, named), or None to run it.
 
     Raises:
-      ValueError: max_drop not positive.
+      ValueError: max_drop not positive, min_entropy_ratio outside (0, 1], or neither given.
     """
-    if not max_drop > 0:
+    if max_drop is None and min_entropy_ratio is None:
+        raise ValueError("launch: pruning needs --prune_drop or --prune_entropy.")
+    if max_drop is not None and not max_drop > 0:
         raise ValueError(
             f"launch: --prune_drop={max_drop} must be > 0 (points of held-out accuracy a run "
             "may end below its own best; issue 42's rule is 3)."
         )
+    if min_entropy_ratio is not None and not 0 < min_entropy_ratio <= 1:
+        raise ValueError(
+            f"launch: --prune_entropy={min_entropy_ratio} must be in (0, 1] (the share of its "
+            "first sampled entropy a run must keep; issue 42 asks a third, 0.333)."
+        )
+
+    def why(workdir: str, name: str) -> str | None:
+        metrics = read_metrics(workdir)
+        curve = held_out_curve(metrics)
+        if max_drop is not None and curve:
+            drop = 100.0 * drop_from_best(curve)
+            if exceeds(drop, max_drop):
+                return f"{name} ended {drop:.1f} points below its best (> {max_drop:g})"
+        ratio = entropy_ratio(sampled_entropy(metrics))
+        if min_entropy_ratio is not None and ratio is not None and ratio < min_entropy_ratio:
+            return f"{name} kept {ratio:.2f} of its first sampled entropy (< {min_entropy_ratio:g})"
+        return None
 
     def skip(trial: Trial) -> str | None:
         setting = setting_of(trial.overrides, across)
         for other in trials:
             if setting_of(other.overrides, across) != setting or not is_finished(other):
                 continue
-            drop = held_out_drop(other.workdir)
-            if drop is not None and drop > max_drop:
-                return f"{other.name} ended {drop:.1f} points below its best (> {max_drop:g})"
+            reason = why(other.workdir, other.name)
+            if reason is not None:
+                return reason
         return None
 
     return skip

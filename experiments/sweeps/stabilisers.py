@@ -4,17 +4,20 @@ Each setting runs on the two tuning tasks with three seeds, held-out accuracy ev
 baseline (today's default) is the main job and the transfer table's gcd runs
 (experiments/sweeps/transfer_tasks.py). One process at a time on a 2-core CPU, resumable, setting
 by setting (its chain_sum seeds, then its gcd seeds), a setting's remaining trials skipped once
-one of its runs ends more than 3 points below its own best (it can no longer be chosen):
+one of its runs ends more than 3 points below its own best or keeps less than a third of its
+first sampled entropy (it can no longer be chosen):
 
   python -m jaxrl_llm.launch --config experiments/configs/grpo_smollm2.py \
       --sweep experiments/sweeps/stabilisers.py --seeds 0,1,2 --set eval.every=5 \
-      --sweep_dir runs/seeds/stabilisers --parallel 1 --prune_drop 3
+      --sweep_dir runs/seeds/stabilisers --parallel 1 --prune_drop 3 --prune_entropy 0.333
   python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
-      --out docs/reports/stabilisers
+      --min_entropy_ratio 0.333 --out docs/reports/stabilisers
 
 The new default is the setting whose worst seed ends within 3 points of its own best
 evaluation and whose mean gain is highest (issue 42, item 3): `--choose_across task.` joins each
-setting's two tasks and applies that rule.
+setting's two tasks and applies that rule. `--min_entropy_ratio 0.333` adds the issue's
+done-when for the default, a final sampled entropy of at least a third of the first: a setting
+that loses more cannot become a default that meets it.
 """
 
 from jaxrl_llm.sweeps import axis, concat, fixed, product

@@ -250,3 +250,27 @@ def test_hacks_column_reads_the_answers_the_writer_keeps(tmp_path, capsys):
     old = [make_run(tmp_path / "old" / f"r{s}", seed=s) for s in range(3)]
     (group,) = report.collect_groups([f"old={','.join(old)}"])
     assert report.hacks_cell(report.summarize(group, num_resamples=100)["hacks"]) == "not kept"
+
+
+def test_choose_with_the_entropy_criterion(tmp_path, capsys):
+    """With --min_entropy_ratio, a setting one of whose seeds keeps 0.1 of its first sampled
+    entropy does not qualify, though its gain is the highest."""
+    for seed in range(3):
+        for task in ("chain_sum", "gcd"):
+            make_run(tmp_path / "s" / f"hi_{task}_{seed}", seed=seed, task=task, lr=1e-4,
+                     after=0.6, entropy=(0.8, 0.08 if seed == 2 else 0.5))  # fmt: skip
+            make_run(tmp_path / "s" / f"lo_{task}_{seed}", seed=seed, task=task, lr=3e-5,
+                     after=0.4, entropy=(0.8, 0.4))  # fmt: skip
+    rows = [
+        report.summarize(g, num_resamples=100) for g in report.collect_groups([str(tmp_path / "s")])
+    ]
+    assert report.choose(rows)[1].label == "optimizer.learning_rate=0.0001"
+    settings, chosen = report.choose(rows, min_entropy_ratio=1 / 3)
+    assert chosen.label == "optimizer.learning_rate=3e-05"
+    hi = next(s for s in settings if s.label == "optimizer.learning_rate=0.0001")
+    assert "task.name=gcd: a seed keeps 0.10 of its first sampled entropy (< 0.33)" in hi.reasons
+    args = [str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "100"]
+    assert report.main([*args, "--min_entropy_ratio", "0.333"]) == 0
+    out = capsys.readouterr().out
+    assert "keeps at least 0.33 of its first sampled entropy" in out
+    assert "Chosen: optimizer.learning_rate=3e-05." in out

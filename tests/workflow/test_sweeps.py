@@ -171,10 +171,12 @@ def test_finished_trials_are_reused(tmp_path):
     assert [r.status for r in launch_backends.run_local([trial], rerun=True)] == ["ok"]
 
 
-def _curve_trial(tmp_path, index, overrides, curve):
-    """A finished-on-run trial that logs held-out accuracies `curve` at steps 0, 1, ..."""
+def _curve_trial(tmp_path, index, overrides, curve, entropy=(0.8, 0.6)):
+    """A finished-on-run trial that logs held-out accuracies `curve` at steps 0, 1, ... and
+    sampled entropies `entropy` at steps 1, 2, ..."""
     workdir = str(tmp_path / f"{index:03d}")
     rows = [{"step": step, "eval/accuracy": acc} for step, acc in enumerate(curve)]
+    rows += [{"step": step, "train/entropy": h} for step, h in enumerate(entropy, start=1)]
     script = (
         "import json, os; "
         f"os.makedirs({workdir!r}, exist_ok=True); "
@@ -198,21 +200,47 @@ def test_prune_skips_a_setting_once_a_run_falls_from_its_best(tmp_path):
         ({"optimizer.learning_rate": 1e-5, "task.name": "gcd", "seed": 0}, steady),
     ]
     trials = [_curve_trial(tmp_path, i, o, c) for i, (o, c) in enumerate(specs)]
-    assert launch_prune.held_out_drop(str(tmp_path)) is None  # no metrics yet
-    skip = launch_prune.drop_pruner(trials, max_drop=3.0)
+    skip = launch_prune.setting_pruner(trials, max_drop=3.0)
+    assert skip(trials[1]) is None  # nothing has finished yet
     messages = []
     results = launch_backends.run_local(trials, poll_s=0.02, log=messages.append, skip=skip)
     assert [r.status for r in results] == ["ok", "pruned", "pruned", "ok", "ok"]
-    assert launch_prune.held_out_drop(trials[0].workdir) == pytest.approx(5.0)
     assert any("001: pruned (000 ended 5.0 points below its best (> 3))" in m for m in messages)
     assert not os.path.exists(trials[1].workdir)
     again = launch_backends.run_local(trials, poll_s=0.02, log=lambda _: None, skip=skip)
     assert [r.status for r in again] == ["reused", "pruned", "pruned", "reused", "reused"]
     # across nothing, the gcd run is a setting of its own and runs
-    by_task = launch_prune.drop_pruner(trials, max_drop=3.0, across=())
+    by_task = launch_prune.setting_pruner(trials, max_drop=3.0, across=())
     assert by_task(trials[2]) is None and by_task(trials[1]) is not None
     with pytest.raises(ValueError, match="--prune_drop=0.0 must be > 0"):
-        launch_prune.drop_pruner(trials, max_drop=0.0)
+        launch_prune.setting_pruner(trials, max_drop=0.0)
+    with pytest.raises(ValueError, match="--prune_entropy=1.5 must be in"):
+        launch_prune.setting_pruner(trials, min_entropy_ratio=1.5)
+    with pytest.raises(ValueError, match="needs --prune_drop or --prune_entropy"):
+        launch_prune.setting_pruner(trials)
+
+
+def test_prune_on_entropy_and_a_drop_of_exactly_the_limit(tmp_path):
+    """A run that ends exactly 3 points under its best (0.355 -> 0.325, 2.9999... or 3.00...1 in
+    floats) stays within the rule; one keeping 0.07 of its first sampled entropy prunes its
+    setting under --prune_entropy 0.333 and not without it."""
+    collapsed = {"stabilise.dynamic_sampling": True, "task.name": "chain_sum"}
+    specs = [
+        ({**collapsed, "seed": 0}, [0.09, 0.355, 0.325], (0.8, 0.056)),
+        ({**collapsed, "seed": 1}, [0.09, 0.3, 0.3], (0.8, 0.6)),
+        (
+            {"loss.entropy_coef": 0.001, "task.name": "chain_sum", "seed": 0},
+            [0.09, 0.3],
+            (0.8, 0.5),
+        ),
+    ]
+    trials = [_curve_trial(tmp_path, i, o, c, e) for i, (o, c, e) in enumerate(specs)]
+    results = launch_backends.run_local(trials[:1], poll_s=0.02, log=lambda _: None)
+    assert [r.status for r in results] == ["ok"]
+    assert launch_prune.setting_pruner(trials, max_drop=3.0)(trials[1]) is None
+    skip = launch_prune.setting_pruner(trials, max_drop=3.0, min_entropy_ratio=0.333)
+    assert skip(trials[1]) == "000 kept 0.07 of its first sampled entropy (< 0.333)"
+    assert skip(trials[2]) is None  # another setting
 
 
 def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
