@@ -10,8 +10,10 @@ shows either. From one evaluation's per-question records (what `Evaluator.detail
     constant answer   the commonest answer's share of the questions and its precision (how often
                       it is right where given); a policy that answers by the question gives each
                       answer mostly where it is right
-    copied input      the share of completions whose last number is one of the question's
-                      numbers but not the reference answer (a copy that is wrong)
+    copied input      the share of questions answered wrong by a completion whose last number
+                      is one of the question's numbers but not the reference answer (a wrong
+                      copy; a right answer followed by an input, "8, which is 3 more than 5",
+                      is not counted)
 
 `find_hacks(start, end)` compares the first evaluation with the last, so a habit the model had
 before RL is not charged to RL: a constant answer is found when at the end it covers at least
@@ -112,6 +114,11 @@ def constant_answer(records: EvalAnswers) -> ConstantAnswer | None:
     return ConstantAnswer(answer, count / len(keys), right)
 
 
+def _wrong_copies(records: EvalAnswers) -> float:
+    wrong = np.asarray(records.correct) == 0
+    return float(np.mean(np.asarray(records.copied_input, bool) & wrong))
+
+
 def _share_of(records: EvalAnswers, answer: str) -> float:
     return float(np.mean([answer_key(a) == answer for a in records.answers]))
 
@@ -141,8 +148,7 @@ def find_hacks(start: EvalAnswers, end: EvalAnswers) -> list[str]:
                 f"constant answer {constant.answer!r} on {100 * constant.share:.0f}% of questions "
                 f"(from {100 * before:.0f}%), right on {100 * constant.precision:.0f}% of them"
             )
-    copied_before = float(np.mean(start.copied_input))
-    copied_after = float(np.mean(end.copied_input))
+    copied_before, copied_after = _wrong_copies(start), _wrong_copies(end)
     if copied_after >= COPIED_MIN_SHARE and copied_after - copied_before >= MIN_RISE:
         found.append(
             f"copied input number on {100 * copied_after:.0f}% of questions "

@@ -46,6 +46,9 @@ def test_a_habit_of_the_start_is_not_charged_to_rl():
     assert find_hacks(copying, copying) == []  # 30% copies before and after: no rise
     worse = records(["5"] * 10 + [None] * 90, [0] * 100, [1] * 40 + [0] * 60)
     assert find_hacks(copying, worse) == ["copied input number on 40% of questions (from 30%)"]
+    # right answers that end on an input ("8, which is 3 more than 5") are no copies
+    right = records(["8"] * 40 + [None] * 60, [1] * 40 + [0] * 60, [1] * 40 + [0] * 60)
+    assert find_hacks(copying, right) == []
     constant = records(["1"] * 50 + [None] * 50, [0] * 100)
     assert find_hacks(constant, constant) == []  # the base model's own constant answer
 
