@@ -25,7 +25,9 @@ typo fails the whole sweep at once. Then, under `--sweep_dir`:
 below its own best evaluation: issue 42's rule for a default, which that setting can no longer
 meet (`jaxrl_llm.launch_prune`); `--prune_entropy 0.333` also skips it once one of its runs
 keeps less than a third of its first sampled-token entropy (the issue's done-when for the
-default). Local launcher only; order the sweep setting by setting.
+default). Local launcher only; order the sweep setting by setting. `--only 25-29,36` runs just
+those trials of the plan (their indices, the NNN of their names), the others left as they are:
+to give a promising setting its remaining seeds first.
 
 A trial whose `summary.json` already records the configured number of steps is reused, not rerun;
 any other trial runs and resumes from its latest checkpoint. `--launcher xmanager` sends the same
@@ -139,11 +141,12 @@ def launch(
     prune_drop: float | None = None,
     prune_entropy: float | None = None,
     prune_across: Sequence[str] = ("task.",),
+    only: Sequence[int] | None = None,
     log: Callable[[str], None] = print,
 ) -> list[TrialResult]:
     """Plans, runs and summarises a sweep (see the module docstring for the layout); with
     `prune_drop` or `prune_entropy`, the trials of a setting that can no longer qualify are
-    skipped (`launch_prune.setting_pruner`).
+    skipped (`launch_prune.setting_pruner`); with `only`, just the trials of those indices run.
 
     Example:
       >>> from jaxrl_llm.sweeps import axis
@@ -177,8 +180,21 @@ def launch(
         gin_bindings=list(gin_bindings),
         launcher=launcher,
     )
+    select = None
+    if only is not None:
+        unknown = sorted(set(only) - {t.index for t in planned})
+        if unknown:
+            raise ValueError(
+                f"launch: --only names trials {unknown} the sweep does not have (its trials are "
+                f"0-{len(planned) - 1}; --dry_run lists them)."
+            )
+        if launcher != "local":
+            raise ValueError("launch: --only needs --launcher local.")
+        select = lambda trial: trial.index in only  # noqa: E731
     if launcher == "local":
-        results = run_local(planned, parallel=parallel, env=env, rerun=rerun, log=log, skip=skip)
+        results = run_local(
+            planned, parallel=parallel, env=env, rerun=rerun, log=log, skip=skip, select=select
+        )
     elif launcher == "xmanager":
         if env:
             raise ValueError("launch: env= is not supported with launcher='xmanager'.")
@@ -251,6 +267,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sampled entropy (0.333)",
     )
     parser.add_argument(
+        "--only",
+        default=None,
+        metavar="INDICES",
+        help="run only these trials of the plan, e.g. 25-29,36 (local launcher)",
+    )
+    parser.add_argument(
         "--prune_across",
         default="task.",
         help="comma-separated key prefixes a setting spans (default: task.)",
@@ -295,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prune_drop=args.prune_drop,
             prune_entropy=args.prune_entropy,
             prune_across=tuple(filter(None, args.prune_across.split(","))),
+            only=None if args.only is None else sweeps_lib.parse_int_list(args.only, flag="--only"),
         )
     except (FileNotFoundError, AttributeError, TypeError, ValueError, KeyError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -28,8 +28,9 @@ RETURNCODE_FILE = "returncode"
 
 @dataclasses.dataclass(frozen=True)
 class TrialResult:
-    """How a trial ended: status "ok", "failed", "reused" (finished by an earlier launch) or
-    "pruned" (skipped by `run_local`'s `skip`, `jaxrl_llm.launch_prune`)."""
+    """How a trial ended: status "ok", "failed", "reused" (finished by an earlier launch),
+    "pruned" (skipped by `run_local`'s `skip`, `jaxrl_llm.launch_prune`) or "not selected" (left
+    out by its `select`, `launch --only`)."""
 
     trial: Trial
     status: str
@@ -46,12 +47,14 @@ def run_local(
     poll_s: float = 0.2,
     log: Callable[[str], None] = print,
     skip: Callable[[Trial], str | None] | None = None,
+    select: Callable[[Trial], bool] | None = None,
 ) -> list[TrialResult]:
     """Runs trials as local subprocesses, at most `parallel` at once; returns results in order.
 
     Each trial writes stdout and stderr to `workdir/log.txt`. On an exception (Ctrl-C included)
     the running trials are terminated (their process groups) before it propagates. `skip`, asked
-    as each unfinished trial comes up, returns why not to run it (status "pruned") or None.
+    as each unfinished trial comes up, returns why not to run it (status "pruned") or None;
+    an unfinished trial `select` rejects is not run (status "not selected").
     """
     if parallel < 1:
         raise ValueError(f"launch: parallel={parallel} must be >= 1.")
@@ -64,6 +67,9 @@ def run_local(
                 if not rerun and is_finished(trial):
                     results[trial.index] = TrialResult(trial, "reused", None, 0.0)
                     log(f"[launch] trial {trial.name}: finished earlier, reused")
+                    continue
+                if select is not None and not select(trial):
+                    results[trial.index] = TrialResult(trial, "not selected", None, 0.0)
                     continue
                 reason = skip(trial) if skip is not None else None
                 if reason is not None:

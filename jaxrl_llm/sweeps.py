@@ -96,7 +96,17 @@ def parse_seeds(text: str) -> list[int]:
     Raises:
       ValueError naming the bad item and the expected form.
     """
-    seeds: list[int] = []
+    return parse_int_list(text, flag="--seeds")
+
+
+def parse_int_list(text: str, *, flag: str) -> list[int]:
+    """The integers of a command-line list "0,1,2" with ranges "0-4", in order, without
+    repeats (`--seeds`, `launch --only`).
+
+    Raises:
+      ValueError naming `flag`, the bad item and the expected form.
+    """
+    values_out: list[int] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
@@ -105,12 +115,12 @@ def parse_seeds(text: str) -> list[int]:
             values = range(int(low), int(high) + 1) if dash else [int(item)]
         except ValueError:
             raise ValueError(
-                f"--seeds {text!r}: {item!r} is not an integer or a range like 0-4."
+                f"{flag} {text!r}: {item!r} is not an integer or a range like 0-4."
             ) from None
-        seeds.extend(v for v in values if v not in seeds)
-    if not seeds:
-        raise ValueError(f"--seeds {text!r} names no seed; give e.g. --seeds 0,1,2.")
-    return seeds
+        values_out.extend(v for v in values if v not in values_out)
+    if not values_out:
+        raise ValueError(f"{flag} {text!r} names no number; give e.g. {flag} 0,1,2.")
+    return values_out
 
 
 def split(trial: Mapping[str, Any]) -> tuple[Trial, list[str]]:

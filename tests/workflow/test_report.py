@@ -105,7 +105,7 @@ def test_seeds_for_the_launcher():
     ]
     with pytest.raises(ValueError, match="seed list is empty"):
         sweeps.with_seeds([{}], [])
-    with pytest.raises(ValueError, match="names no seed"):
+    with pytest.raises(ValueError, match="--seeds .,. names no number"):
         sweeps.parse_seeds(",")
     with pytest.raises(ValueError, match="'x' is not an integer"):
         sweeps.parse_seeds("0,x")

@@ -162,6 +162,26 @@ def test_run_local_bounds_parallelism_and_records_failures(tmp_path):
     assert any("failed (exit 3" in m for m in messages)
 
 
+def test_only_runs_the_selected_trials(tmp_path, capsys):
+    """`select` (launch --only) runs the chosen trials; a finished one still counts as reused and
+    the others are left alone; an index the sweep lacks is refused before anything runs."""
+    trials = _fake_trials(tmp_path, [0, 0, 0])
+    results = launch_backends.run_local(trials, poll_s=0.02, select=lambda t: t.index == 1)
+    assert [r.status for r in results] == ["not selected", "ok", "not selected"]
+    assert not os.path.exists(trials[0].workdir) and os.path.exists(trials[1].workdir)
+    with open(os.path.join(trials[1].workdir, "summary.json"), "w") as f:
+        json.dump({"steps": 1}, f)
+    again = launch_backends.run_local(trials, poll_s=0.02, select=lambda t: t.index == 2)
+    assert [r.status for r in again] == ["not selected", "reused", "ok"]
+    assert sweeps.parse_int_list("25-27,30", flag="--only") == [25, 26, 27, 30]
+    argv = ["--config", TINY, "--seeds", "0,1", "--sweep_dir", str(tmp_path / "s"), "--only", "5"]
+    assert launch.main(argv) == 2
+    assert "--only names trials [5] the sweep does not have (its trials are 0-1" in (
+        capsys.readouterr().err
+    )
+    assert not os.path.exists(tmp_path / "s" / "000_seed=0")
+
+
 def test_finished_trials_are_reused(tmp_path):
     [trial] = _fake_trials(tmp_path, [0])
     os.makedirs(trial.workdir)
