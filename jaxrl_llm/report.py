@@ -529,8 +529,12 @@ def choose(
         for group in settings.values()
     ]
     shown = differing_keys(configs) if len(configs) > 1 else []
-    task_keys = differing_keys(
-        [{k: v for k, v in r["runs"][0].config.items() if k.startswith(across)} for r in rows]
+    task_configs = [
+        {k: v for k, v in r["runs"][0].config.items() if k.startswith(across)} for r in rows
+    ]
+    # The keys that tell the tasks apart; with one task so far, its name keys (`task.name`).
+    task_keys = differing_keys(task_configs) or sorted(
+        k for k in task_configs[0] if k.endswith(".name")
     )
     out = []
     for group, config in zip(settings.values(), configs, strict=True):

@@ -184,6 +184,10 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
     assert "Chosen: optimizer.learning_rate=3e-05." in out and "| no: ran on 1 of the 2" in out
     assert report.main([str(tmp_path / "s"), "--choose_across", "task.", "--max_drop", "1"]) == 0
     assert "Chosen: none qualifies." in capsys.readouterr().out
+    # a sweep that has run one task so far names it in each setting's cell
+    one_task = [row for row in rows if row["runs"][0].config["task.name"] == "chain_sum"]
+    settings, _ = report.choose(one_task)
+    assert [task for task, _ in settings[0].rows] == ["task.name=chain_sum"]
 
 
 def test_keep_records_copies_what_the_report_reads(tmp_path, capsys):
