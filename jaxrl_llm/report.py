@@ -197,8 +197,15 @@ def config_key(config: Mapping[str, Any], keep) -> str:
 
 
 def sampled_entropy(metrics: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """{step: mean entropy of the step's sampled tokens} of a run's metrics (`train/entropy`)."""
-    return {int(r["step"]): r["train/entropy"] for r in metrics if "train/entropy" in r}
+    """{step: mean entropy of the step's sampled tokens} of a run's metrics (`train/entropy`).
+
+    A step whose dynamic sampling kept no group (`stabilise/kept_group_fraction` 0) trains on no
+    token, and its logged entropy (0.0) measures nothing: it is left out."""
+    return {
+        int(r["step"]): r["train/entropy"]
+        for r in metrics
+        if "train/entropy" in r and r.get("stabilise/kept_group_fraction", 1.0) > 0
+    }
 
 
 def held_out_curve(metrics: Sequence[Mapping[str, Any]]) -> dict[int, float]:

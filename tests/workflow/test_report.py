@@ -278,3 +278,16 @@ def test_choose_with_the_entropy_criterion(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "keeps at least 0.33 of its first sampled entropy" in out
     assert "Chosen: optimizer.learning_rate=3e-05." in out
+
+
+def test_a_step_that_trained_on_no_token_has_no_entropy():
+    """Dynamic sampling that kept no group logs entropy 0.0 for a step with no loss token; the
+    entropy ratio skips it instead of reading a collapse."""
+    metrics = [
+        {"step": 1, "train/entropy": 1.9, "stabilise/kept_group_fraction": 1.0},
+        {"step": 29, "train/entropy": 0.7, "stabilise/kept_group_fraction": 0.5},
+        {"step": 30, "train/entropy": 0.0, "stabilise/kept_group_fraction": 0.0},
+    ]
+    entropy = report.sampled_entropy(metrics)
+    assert sorted(entropy) == [1, 29]
+    assert report.entropy_ratio(entropy) == pytest.approx(0.7 / 1.9)
