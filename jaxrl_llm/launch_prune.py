@@ -1,6 +1,6 @@
 """Pruning a sweep by issue 42's rule: a setting one of whose runs ends more than `max_drop`
 points of held-out accuracy below its own best evaluation cannot become the default
-(`jaxrl_llm.report.choose`), so its trials not yet started are skipped; with
+(`jaxrl_llm.report_choice.choose`), so its trials not yet started are skipped; with
 `min_entropy_ratio`, so is a setting one of whose runs keeps less than that share of its first
 sampled-token entropy (the issue's done-when asks the default to keep a third).
 
@@ -37,7 +37,7 @@ __all__ = ["setting_of", "setting_pruner"]
 
 def setting_of(overrides: Mapping[str, Any], across: Sequence[str]) -> str:
     """A key of the overrides a trial shares with the other seeds and tasks of its setting (as
-    `report.choose` joins groups into settings)."""
+    `report_choice.choose` joins groups into settings)."""
     return config_key(
         overrides, lambda k: k not in IGNORED_KEYS and not k.startswith(tuple(across))
     )

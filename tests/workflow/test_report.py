@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from jaxrl_llm import report, sweeps
+from jaxrl_llm import report, report_choice, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
@@ -153,7 +153,7 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
         make_run(tmp_path / "s" / f"one_{seed}", seed=seed, lr=1e-5, after=0.9)
     groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
     rows = [report.summarize(g, num_resamples=200) for g in groups]
-    settings, chosen = report.choose(rows, "task.", max_drop=0.03)
+    settings, chosen = report_choice.choose(rows, "task.", max_drop=0.03)
     by_label = {s.label: s for s in settings}
     assert [s.label for s in settings] == [
         "optimizer.learning_rate=1e-05", "optimizer.learning_rate=0.0001",
@@ -176,7 +176,7 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
             del config["optimizer"]
             json.dump(config, open(os.path.join(path, "config.json"), "w"))
     groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
-    settings, _ = report.choose([report.summarize(g, num_resamples=200) for g in groups])
+    settings, _ = report_choice.choose([report.summarize(g, num_resamples=200) for g in groups])
     assert "(1 of the keys absent from its config)" in [s.label for s in settings]
 
     assert report.main([str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "200"]) == 0
@@ -186,7 +186,7 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
     assert "Chosen: none qualifies." in capsys.readouterr().out
     # a sweep that has run one task so far names it in each setting's cell
     one_task = [row for row in rows if row["runs"][0].config["task.name"] == "chain_sum"]
-    settings, _ = report.choose(one_task)
+    settings, _ = report_choice.choose(one_task)
     assert [task for task, _ in settings[0].rows] == ["task.name=chain_sum"]
 
 
@@ -268,8 +268,8 @@ def test_choose_with_the_entropy_criterion(tmp_path, capsys):
     rows = [
         report.summarize(g, num_resamples=100) for g in report.collect_groups([str(tmp_path / "s")])
     ]
-    assert report.choose(rows)[1].label == "optimizer.learning_rate=0.0001"
-    settings, chosen = report.choose(rows, min_entropy_ratio=1 / 3)
+    assert report_choice.choose(rows)[1].label == "optimizer.learning_rate=0.0001"
+    settings, chosen = report_choice.choose(rows, min_entropy_ratio=1 / 3)
     assert chosen.label == "optimizer.learning_rate=3e-05"
     hi = next(s for s in settings if s.label == "optimizer.learning_rate=0.0001")
     assert "task.name=gcd: a seed keeps 0.10 of its first sampled entropy (< 0.33)" in hi.reasons
