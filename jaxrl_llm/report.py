@@ -201,7 +201,8 @@ def sampled_entropy(metrics: Sequence[Mapping[str, Any]]) -> dict[int, float]:
     """{step: mean entropy of the step's sampled tokens} of a run's metrics (`train/entropy`).
 
     A step whose dynamic sampling kept no group (`stabilise/kept_group_fraction` 0) trains on no
-    token, and its logged entropy (0.0) measures nothing: it is left out."""
+    token: the runner logs no entropy for it now, and records written before that logged 0.0,
+    which measures nothing, so it is left out."""
     return {
         int(r["step"]): r["train/entropy"]
         for r in metrics

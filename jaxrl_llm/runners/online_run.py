@@ -260,8 +260,16 @@ class OnlineRun:
         new_shape = batch.tokens.shape not in self._train_shapes
         self._train_shapes.add(batch.tokens.shape)
         t_train = time.time()
-        train_scalars = self.update(batch, step)
         trained_tokens = bool(np.asarray(experience.rollout.completion_mask).any())
+        if trained_tokens:
+            train_scalars = self.update(batch, step)
+        else:
+            # Every row's loss is masked (dynamic sampling kept no group, or the overlong
+            # filter took every completion): no update, as an empty batch has no gradient and
+            # an optimizer step would still move the weights (Adam's momentum, weight decay);
+            # the per-token metrics (loss, entropy, ...) would read 0 without measuring
+            # anything, so none is logged.
+            train_scalars = {"train/no_loss_tokens": 1.0}
         train_scalars.update(self.stabilisers.observe(train_scalars, trained_tokens=trained_tokens))
         t_end = time.time()
         rows = experience.rewards.shape[0]

@@ -3,11 +3,13 @@
 import math
 import os
 
+import jax
 import numpy as np
 import pytest
 
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.runners import load_config, train
+from jaxrl_llm.runners.hooks import Hook, default_hooks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")
@@ -65,3 +67,36 @@ def test_overlong_filter_masks_truncated_completions(tmp_path):
     fractions = np.array([row["stabilise/filtered_fraction"] for row in rows])
     eos = np.array([row["completion/eos_fraction"] for row in rows])
     np.testing.assert_allclose(fractions, 1.0 - eos, atol=1e-6)
+
+
+class _ActorStates(Hook):
+    """Keeps the actor's train state (weights and optimizer state) at the start and the end."""
+
+    def on_start(self, run):
+        self.first = jax.device_get(run.state_tree()["actor"])
+
+    def on_end(self, run):
+        self.last = jax.device_get(run.state_tree()["actor"])
+
+
+def test_a_step_with_no_loss_token_leaves_the_weights_and_logs_no_token_metric(tmp_path):
+    # The task reward alone on a random model: every group ties at 0, dynamic sampling keeps
+    # none, so every row's loss is masked.
+    config = load_config(
+        TINY,
+        {**BASE, "rewards.length_weight": 0.0, "stabilise.dynamic_sampling": True},
+    )
+    actor = _ActorStates()
+    run_hooks = default_hooks(config, str(tmp_path), desc="GRPO", progress=False) + [actor]
+    train(config, str(tmp_path), progress=False, hooks=run_hooks)
+    rows = steps(tmp_path)
+    assert len(rows) == 3
+    for row in rows:
+        assert row["stabilise/kept_group_fraction"] == 0.0
+        assert row["train/no_loss_tokens"] == 1.0
+        # no loss, entropy or grad norm of an empty batch (they would read 0)
+        assert not {"train/loss", "train/entropy", "train/grad_norm"} & row.keys()
+    first, last = jax.tree.leaves(actor.first), jax.tree.leaves(actor.last)
+    assert len(first) == len(last) > 0
+    for before, after in zip(first, last, strict=True):
+        np.testing.assert_array_equal(before, after)  # no optimizer step (Adam, weight decay)
