@@ -37,7 +37,8 @@ tasks: groups are joined into settings by their config minus the seed and minus 
 PREFIX (`task.`); a setting qualifies when it ran on every task of the report, each with at least
 3 seeds, and on each task its worst seed ends within `--max_drop` points (3) of its own best
 evaluation; the chosen one is the qualifying setting of the highest mean gain over tasks
-(`jaxrl_llm.report_choice`).
+(`jaxrl_llm.report_choice`). Each setting is labelled by the keys where it leaves the values
+most settings share; those are listed under the table.
 `--min_entropy_ratio 0.333` also asks each seed to keep a third of its first sampled entropy
 (the done-when of issue 42, which a default that loses more cannot meet).
 

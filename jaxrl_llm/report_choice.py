@@ -14,6 +14,7 @@ qualifying setting of the highest mean gain over tasks. The pruner of a running 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -21,16 +22,33 @@ import numpy as np
 
 from jaxrl_llm.report import IGNORED_KEYS, config_key, differing_keys, exceeds, percent_cell
 
-__all__ = ["Setting", "choice_markdown", "choose"]
+__all__ = ["Setting", "choice_markdown", "choose", "common_values"]
 
 
 class Setting(NamedTuple):
     """One setting of a sweep over tasks (`choose`): its rows, one per task."""
 
-    label: str
+    label: str  # its values of the keys where it differs from the majority (`common_values`)
+    values: dict[str, Any]  # its values of the keys the settings differ in
     rows: list[tuple[str, dict[str, Any]]]  # (the task's keys, its summarized group)
     mean_gain: float
     reasons: list[str]  # why it does not qualify; empty when it does
+
+
+def common_values(configs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """{key: the value more than half of `configs` share}, for the keys that have one: what a
+    setting's label leaves unsaid (`choose`), so that a sweep of seven settings over eight keys
+    labels each by the two or three it changes."""
+    counts: dict[str, Counter] = {}
+    for config in configs:
+        for key, value in config.items():
+            counts.setdefault(key, Counter())[repr(value)] += 1
+    common = {}
+    for key, count in counts.items():
+        value_repr, n = count.most_common(1)[0]
+        if 2 * n > len(configs):
+            common[key] = next(c[key] for c in configs if repr(c.get(key)) == value_repr)
+    return common
 
 
 def choose(
@@ -73,14 +91,20 @@ def choose(
     task_keys = differing_keys(task_configs) or sorted(
         k for k in task_configs[0] if k.endswith(".name")
     )
+    values = [{k: config[k] for k in shown if k in config} for config in configs]
+    common = common_values(values)
     out = []
-    for group, config in zip(settings.values(), configs, strict=True):
+    for group, setting_values in zip(settings.values(), values, strict=True):
         # Keys an older code version did not write are counted, not listed.
-        absent = [k for k in shown if k not in config]
-        label = ", ".join(f"{k}={config[k]}" for k in shown if k in config)
+        absent = [k for k in shown if k not in setting_values]
+        label = ", ".join(
+            f"{k}={v}"
+            for k, v in setting_values.items()
+            if k not in common or repr(common[k]) != repr(v)
+        )
         if absent:
             label += f"{' ' if label else ''}({len(absent)} of the keys absent from its config)"
-        label = label or "all runs"
+        label = label or ("the common values" if common else "all runs")
         reasons = []
         if len(group) < len(tasks):
             reasons.append(f"ran on {len(group)} of the {len(tasks)} tasks")
@@ -108,7 +132,7 @@ def choose(
                         f"(< {min_entropy_ratio:.2f})"
                     )
         mean_gain = float(np.mean([row["gain"].mean for row in group]))
-        out.append(Setting(label, cells, mean_gain, reasons))
+        out.append(Setting(label, setting_values, cells, mean_gain, reasons))
     out.sort(key=lambda s: -s.mean_gain)
     return out, next((s for s in out if not s.reasons), None)
 
@@ -146,5 +170,9 @@ def choice_markdown(
         )
         verdict = "yes" if not setting.reasons else "no: " + "; ".join(setting.reasons)
         lines.append(f"| {setting.label} | {100 * setting.mean_gain:+.1f} | {tasks} | {verdict} |")
+    common = common_values([setting.values for setting in settings])
+    if common:
+        shared = ", ".join(f"{k}={v}" for k, v in sorted(common.items()))
+        lines += ["", f"Unless its label names another value, a setting has {shared}."]
     lines += ["", f"Chosen: {chosen.label}." if chosen else "Chosen: none qualifies."]
     return "\n".join(lines) + "\n"

@@ -10,11 +10,13 @@ from jaxrl_llm import report, report_choice, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
-             questions=100, finished=True, middle=None, entropy=None):  # fmt: skip
+             questions=100, finished=True, middle=None, entropy=None, sections=None):  # fmt: skip
     """A run directory (summary.json unless not `finished`); `middle`: the held-out accuracy of
-    an evaluation at steps // 2; `entropy`: (first, last) sampled entropy at steps 1 and `steps`."""
+    an evaluation at steps // 2; `entropy`: (first, last) sampled entropy at steps 1 and `steps`;
+    `sections`: more config sections ({"rollout": {"temperature": 1.0}})."""
     os.makedirs(path, exist_ok=True)
     config = {"seed": seed, "task": {"name": task}, "optimizer": {"learning_rate": lr}}
+    config.update(sections or {})
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f)
     rng = np.random.default_rng(seed)
@@ -278,6 +280,39 @@ def test_choose_with_the_entropy_criterion(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "keeps at least 0.33 of its first sampled entropy" in out
     assert "Chosen: optimizer.learning_rate=3e-05." in out
+
+
+def test_common_values_are_what_more_than_half_share():
+    configs = [{"a": 1, "b": [2, 3]}, {"a": 1, "b": [2, 3]}, {"a": 2, "b": [4]}, {"b": [2, 3]}]
+    assert report_choice.common_values(configs) == {"b": [2, 3]}  # a=1: 2 of 4, not a majority
+    assert report_choice.common_values(configs[:3]) == {"a": 1, "b": [2, 3]}
+
+
+def test_a_setting_is_labelled_by_what_it_changes(tmp_path, capsys):
+    """Three settings over two keys: each label names only the keys where the setting leaves
+    the values most settings share, and the table says what those are."""
+    changes = {  # name: (what it changes, held-out accuracy after)
+        "base": ({}, 0.7),
+        "t1": ({"rollout": {"temperature": 1.0}}, 0.6),
+        "kl": ({"loss": {"kl_beta": 0.04}}, 0.5),
+    }
+    for name, (change, after) in changes.items():
+        sections = {"rollout": {"temperature": 0.7}, "loss": {"kl_beta": 0.0}, **change}
+        for seed in range(3):
+            make_run(tmp_path / "s" / f"{name}_{seed}", seed=seed, sections=sections, after=after)
+    rows = [
+        report.summarize(g, num_resamples=100) for g in report.collect_groups([str(tmp_path / "s")])
+    ]
+    settings, chosen = report_choice.choose(rows)
+    assert [s.label for s in settings] == [
+        "the common values", "rollout.temperature=1.0", "loss.kl_beta=0.04",
+    ]  # fmt: skip
+    assert settings[1].values == {"loss.kl_beta": 0.0, "rollout.temperature": 1.0}
+    args = [str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "100"]
+    assert report.main(args) == 0
+    out = capsys.readouterr().out
+    assert "a setting has loss.kl_beta=0.0, rollout.temperature=0.7." in out
+    assert "Chosen: the common values." in out
 
 
 def test_a_step_that_trained_on_no_token_has_no_entropy():
