@@ -26,8 +26,8 @@ below its own best evaluation: issue 42's rule for a default, which that setting
 meet (`jaxrl_llm.launch_prune`); `--prune_entropy 0.333` also skips it once one of its runs
 keeps less than a third of its first sampled-token entropy (the issue's done-when for the
 default). Local launcher only; order the sweep setting by setting. `--only 25-29,36` runs just
-those trials of the plan (their indices, the NNN of their names), the others left as they are:
-to give a promising setting its remaining seeds first.
+those trials of the plan (their indices, the NNN of their names), in the order given, the others
+left as they are: to give a promising setting its remaining seeds first.
 
 A trial whose `summary.json` already records the configured number of steps is reused, not rerun;
 any other trial runs and resumes from its latest checkpoint. `--launcher xmanager` sends the same
@@ -51,7 +51,7 @@ from typing import Any
 
 from jaxrl_llm import sweeps as sweeps_lib
 from jaxrl_llm.launch_backends import TrialResult, run_local, run_xmanager
-from jaxrl_llm.launch_plan import parse_value, plan, write_plan
+from jaxrl_llm.launch_plan import Trial, parse_value, plan, write_plan
 from jaxrl_llm.launch_prune import setting_pruner
 from jaxrl_llm.metrics import read_metrics
 
@@ -193,8 +193,15 @@ def launch(
         select = lambda trial: trial.index in only  # noqa: E731
     if launcher == "local":
         results = run_local(
-            planned, parallel=parallel, env=env, rerun=rerun, log=log, skip=skip, select=select
+            in_only_order(planned, only),
+            parallel=parallel,
+            env=env,
+            rerun=rerun,
+            log=log,
+            skip=skip,
+            select=select,
         )
+        results.sort(key=lambda result: result.trial.index)
     elif launcher == "xmanager":
         if env:
             raise ValueError("launch: env= is not supported with launcher='xmanager'.")
@@ -210,6 +217,13 @@ def launch(
     csv_path, md_path = write_summary(sweep_dir, results)
     log(f"[launch] summary: {csv_path}, {md_path}")
     return results
+
+
+def in_only_order(trials: Sequence[Trial], only: Sequence[int] | None) -> list[Trial]:
+    """`trials` with those `only` names first, in the order it names them (`--only 42,30,36`
+    runs trial 42 first), then the others in plan order."""
+    rank = {index: i for i, index in enumerate(only or ())}
+    return sorted(trials, key=lambda trial: rank.get(trial.index, len(rank)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -270,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only",
         default=None,
         metavar="INDICES",
-        help="run only these trials of the plan, e.g. 25-29,36 (local launcher)",
+        help="run only these trials of the plan, in this order, e.g. 42,25-29 (local launcher)",
     )
     parser.add_argument(
         "--prune_across",

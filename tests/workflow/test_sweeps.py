@@ -6,6 +6,7 @@ import glob
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -174,6 +175,20 @@ def test_only_runs_the_selected_trials(tmp_path, capsys):
     again = launch_backends.run_local(trials, poll_s=0.02, select=lambda t: t.index == 2)
     assert [r.status for r in again] == ["not selected", "reused", "ok"]
     assert sweeps.parse_int_list("25-27,30", flag="--only") == [25, 26, 27, 30]
+    # `--only 2,0` runs trial 2 first; the results come back in plan order
+    for trial in trials:
+        shutil.rmtree(trial.workdir, ignore_errors=True)
+    messages = []
+    ordered = launch.in_only_order(trials, [2, 0])
+    assert [t.index for t in ordered] == [2, 0, 1]
+    results = launch_backends.run_local(
+        ordered, poll_s=0.02, log=messages.append, select=lambda t: t.index in (2, 0)
+    )
+    started = [m for m in messages if "started" in m]
+    assert trials[2].name in started[0] and trials[0].name in started[1]
+    assert [r.status for r in sorted(results, key=lambda r: r.trial.index)] == [
+        "ok", "not selected", "ok",
+    ]  # fmt: skip
     argv = ["--config", TINY, "--seeds", "0,1", "--sweep_dir", str(tmp_path / "s"), "--only", "5"]
     assert launch.main(argv) == 2
     assert "--only names trials [5] the sweep does not have (its trials are 0-1" in (
