@@ -1,4 +1,5 @@
-"""The machine a run or benchmark ran on: CPU model, widest vector ISA, cores.
+"""The machine a run or benchmark ran on: CPU model, widest vector ISA, cores, and the
+accelerator when JAX computes on one.
 
 Figures from different CPUs are not comparable (the same decode was 1.04x llama.cpp on an
 AVX-512 Xeon and 0.49x on an AVX2 EPYC), so every run records `host_info()` in its
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import platform
 
-__all__ = ["cpu_description", "host_info"]
+__all__ = ["accelerator_info", "cpu_description", "host_info"]
 
 
 def host_info() -> dict[str, object]:
@@ -41,6 +42,17 @@ def host_info() -> dict[str, object]:
     else:
         isa = "no AVX2"
     return {"cpu": model, "isa": isa, "cores": os.cpu_count()}
+
+
+def accelerator_info() -> dict[str, str]:
+    """{"accelerator": "1 x NVIDIA H100 80GB HBM3"} when JAX computes on an accelerator, {} on a
+    CPU: a run on a GPU records its chip beside the host's CPU (`summary.json`'s "host")."""
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return {}
+    devices = jax.devices()
+    return {"accelerator": f"{len(devices)} x {devices[0].device_kind}"}
 
 
 def cpu_description() -> str:

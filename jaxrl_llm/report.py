@@ -501,7 +501,8 @@ def _host(summary: Mapping[str, Any]) -> str:
     host = summary.get("host")
     if not host:
         return "CPU not recorded"
-    return f"{host['cpu']} ({host['isa']}, {host['cores']} cores)"
+    cpu = f"{host['cpu']} ({host['isa']}, {host['cores']} cores)"
+    return f"{host['accelerator']} on {cpu}" if host.get("accelerator") else cpu
 
 
 def percent_cell(interval: Interval, signed: bool = False) -> str:

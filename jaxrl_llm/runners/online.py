@@ -30,7 +30,7 @@ from jaxrl_llm import algorithms
 from jaxrl_llm.algorithms.base import Algorithm
 from jaxrl_llm.config import validate_config
 from jaxrl_llm.evals import describe_held_out
-from jaxrl_llm.host import host_info
+from jaxrl_llm.host import accelerator_info, host_info
 from jaxrl_llm.runners.collectors import Collector
 from jaxrl_llm.runners.components import Roles, RunParts, build_parts, build_roles
 from jaxrl_llm.runners.episode_player import EpisodePlayer
@@ -152,7 +152,7 @@ def run_online(
     parts = build_parts(config)
     roles = build_roles(config, algorithm, parts, devices)
     run = build_run(config, workdir, algorithm, parts, roles)
-    run.summary["host"] = host_info()
+    run.summary["host"] = {**host_info(), **accelerator_info()}
     run.summary["held_out"] = describe_held_out(run.eval_sets, config.task.held_out_fraction)
     if hooks is None:
         hooks = default_hooks(config, workdir, desc=algorithm.name.upper(), progress=progress)

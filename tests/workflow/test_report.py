@@ -326,3 +326,18 @@ def test_a_step_that_trained_on_no_token_has_no_entropy():
     entropy = report.sampled_entropy(metrics)
     assert sorted(entropy) == [1, 29]
     assert report.entropy_ratio(entropy) == pytest.approx(0.7 / 1.9)
+
+
+def test_a_run_on_an_accelerator_names_it_beside_the_cpu(monkeypatch):
+    from jaxrl_llm import host
+
+    assert host.accelerator_info() == {}  # the tests compute on the CPU
+    cpu = {"cpu": "Intel Xeon", "isa": "AMX", "cores": 16}
+    assert report._host({"host": cpu}) == "Intel Xeon (AMX, 16 cores)"
+    on_gpu = {"host": {**cpu, "accelerator": "1 x NVIDIA H100 80GB HBM3"}}
+    assert report._host(on_gpu) == "1 x NVIDIA H100 80GB HBM3 on Intel Xeon (AMX, 16 cores)"
+    monkeypatch.setattr("jax.default_backend", lambda: "gpu")
+    monkeypatch.setattr(
+        "jax.devices", lambda: [type("Device", (), {"device_kind": "NVIDIA H100 80GB HBM3"})()]
+    )
+    assert host.accelerator_info() == {"accelerator": "1 x NVIDIA H100 80GB HBM3"}
