@@ -134,6 +134,7 @@ class EvaluationHook(Hook):
 
     def __init__(self, *, before: bool, after: bool, every: int = 0):
         self.before, self.after, self.every = before, after, every
+        self._last: tuple[int, dict[str, float]] | None = None  # (step, result) of `every`
 
     @staticmethod
     def _log(run: RunContext, step: int, result: dict[str, float]) -> None:
@@ -158,13 +159,22 @@ class EvaluationHook(Hook):
 
     def on_step(self, run: RunContext, record: StepRecord) -> None:
         if self.every and record.step % self.every == 0:
-            self._log(run, record.step, run.evaluate())
+            result = run.evaluate()
+            self._log(run, record.step, result)
+            self._last = (record.step, result)
 
     def on_end(self, run: RunContext) -> None:
-        if self.after:
-            result = run.evaluate()
-            run.summary["eval_after"] = result
-            self._log(run, run.meta["step"], result)
+        if not self.after:
+            return
+        step = run.meta["step"]
+        if self._last is not None and self._last[0] == step:
+            # the last step was just evaluated (`every` divides it) and the greedy policy has
+            # not changed since: that result is the one after training, not evaluated twice
+            run.summary["eval_after"] = self._last[1]
+            return
+        result = run.evaluate()
+        run.summary["eval_after"] = result
+        self._log(run, step, result)
 
 
 class NonFiniteGuard(Hook):
