@@ -22,7 +22,7 @@ from typing import Any
 
 from jaxrl_llm.launch_plan import Trial, is_finished
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.report import (
+from jaxrl_llm.report_rules import (
     IGNORED_KEYS,
     config_key,
     drop_from_best,

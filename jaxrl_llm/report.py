@@ -37,8 +37,9 @@ tasks: groups are joined into settings by their config minus the seed and minus 
 PREFIX (`task.`); a setting qualifies when it ran on every task of the report, each with at least
 3 seeds, and on each task its worst seed ends within `--max_drop` points (3) of its own best
 evaluation; the chosen one is the qualifying setting of the highest mean gain over tasks
-(`jaxrl_llm.report_choice`). Each setting is labelled by the keys where it leaves the values
-most settings share; those are listed under the table.
+(`jaxrl_llm.report_choice`; the rule's per-run pieces are in `jaxrl_llm.report_rules`). Each
+setting is labelled by the keys where it leaves the values most settings share; those are listed
+under the table.
 `--min_entropy_ratio 0.333` also asks each seed to keep a third of its first sampled entropy
 (the done-when of issue 42, which a default that loses more cannot meet).
 
@@ -73,15 +74,23 @@ import numpy as np
 from jaxrl_llm.evals.hacks import EvalAnswers, find_hacks
 from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
 from jaxrl_llm.metrics import read_eval_rows, read_metrics
+from jaxrl_llm.report_choice import Setting, choose, common_values
+from jaxrl_llm.report_rules import (
+    IGNORED_KEYS,
+    config_key,
+    differing_keys,
+    drop_from_best,
+    entropy_ratio,
+    held_out_curve,
+    sampled_entropy,
+)
 
 __all__ = [
-    "Group", "Run", "collect_groups", "config_key", "copy_records", "differing_keys",
-    "drop_from_best", "entropy_ratio", "exceeds", "family_confidence", "held_out_curve",
+    "Group", "Run", "choice_markdown", "collect_groups", "copy_records", "family_confidence",
     "keep_records", "load_run", "main", "markdown", "percent_cell", "record_copies",
-    "sampled_entropy", "summarize",
+    "summarize",
 ]  # fmt: skip
 
-IGNORED_KEYS = ("seed",)  # what may differ inside a group
 # What `load_run` reads of a run directory, all that `--keep_records` copies.
 RECORD_FILES = ("config.json", "summary.json", "metrics.jsonl", "eval_questions.jsonl")
 
@@ -190,56 +199,6 @@ def _run_dirs(path: str) -> tuple[list[str], list[str]]:
         )
     finished = [d for d in runs if os.path.isfile(os.path.join(d, "summary.json"))]
     return finished, [d for d in runs if d not in finished]
-
-
-def config_key(config: Mapping[str, Any], keep) -> str:
-    """A hashable key of the entries of `config` whose key `keep(key)` accepts (values by repr,
-    so unhashable values compare too)."""
-    return repr(sorted((k, repr(v)) for k, v in config.items() if keep(k)))
-
-
-def sampled_entropy(metrics: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """{step: mean entropy of the step's sampled tokens} of a run's metrics (`train/entropy`).
-
-    A step whose dynamic sampling kept no group (`stabilise/kept_group_fraction` 0) trains on no
-    token: the runner logs no entropy for it now, and records written before that logged 0.0,
-    which measures nothing, so it is left out."""
-    return {
-        int(r["step"]): r["train/entropy"]
-        for r in metrics
-        if "train/entropy" in r and r.get("stabilise/kept_group_fraction", 1.0) > 0
-    }
-
-
-def held_out_curve(metrics: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """{step: held-out accuracy of the run's task} of a run's metrics rows (`eval/accuracy`)."""
-    return {int(r["step"]): r["eval/accuracy"] for r in metrics if "eval/accuracy" in r}
-
-
-def drop_from_best(curve: Mapping[int, float]) -> float:
-    """How far a run's last evaluation of {step: held-out accuracy} ends below its best (issue
-    42's rule allows 0.03); 0.0 for a curve that ends at its best."""
-    return max(curve.values()) - curve[max(curve)]
-
-
-def exceeds(value: float, limit: float) -> bool:
-    """Whether `value` is above `limit` by more than float rounding: a drop of exactly the
-    allowed 3 points (0.355 - 0.325 = 0.030000000000000027) stays within it."""
-    return value > limit + 1e-9 * max(1.0, abs(limit))
-
-
-def entropy_ratio(entropy: Mapping[int, float]) -> float | None:
-    """A run's last sampled-token entropy over its first, of {step: `train/entropy`} (issue 42
-    asks the default to keep at least a third); None when not logged or the first is 0."""
-    if not entropy or not entropy[min(entropy)] > 0:
-        return None
-    return entropy[max(entropy)] / entropy[min(entropy)]
-
-
-def differing_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The dotted keys whose values differ between `configs` (a key missing counts), sorted."""
-    keys = set().union(*configs) - set(IGNORED_KEYS)
-    return sorted(k for k in keys if len({repr(c.get(k, "<missing>")) for c in configs}) > 1)
 
 
 def _check_seeds(label: str, runs: Sequence[Run]) -> None:
@@ -497,6 +456,47 @@ def comparison_markdown(against: str, diffs, family_diffs=None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def choice_markdown(
+    settings: Sequence[Setting],
+    chosen: Setting | None,
+    max_drop: float,
+    min_entropy_ratio: float | None = None,
+) -> str:
+    """The `--choose_across` table: each setting's gain per task, its worst drop, and why it
+    does or does not qualify."""
+    entropy_rule = (
+        ""
+        if min_entropy_ratio is None
+        else f" and keeps at least {min_entropy_ratio:.2f} of its first sampled entropy"
+    )
+    lines = [
+        "",
+        f"Settings (groups joined across tasks), by mean gain over tasks. A setting qualifies "
+        f"when on every task each of >= 3 seeds ends within {100 * max_drop:g} points of its "
+        f"own best evaluation{entropy_rule}; the default is the qualifying setting of the "
+        "highest mean gain.",
+        "",
+        "| setting | mean gain (points) | per task: gain [95%], worst drop, entropy last/first "
+        "| qualifies |",
+        "| --- | --- | --- | --- |",
+    ]
+    for setting in settings:
+        tasks = "; ".join(
+            f"{task}: {percent_cell(row['gain'], signed=True)}, "
+            + ("-" if row["worst_drop"] is None else f"{100 * row['worst_drop']:.1f}")
+            + ("" if row["entropy_ratio"] is None else f", {row['entropy_ratio']:.2f}")
+            for task, row in setting.rows
+        )
+        verdict = "yes" if not setting.reasons else "no: " + "; ".join(setting.reasons)
+        lines.append(f"| {setting.label} | {100 * setting.mean_gain:+.1f} | {tasks} | {verdict} |")
+    common = common_values([setting.values for setting in settings])
+    if common:
+        shared = ", ".join(f"{k}={v}" for k, v in sorted(common.items()))
+        lines += ["", f"Unless its label names another value, a setting has {shared}."]
+    lines += ["", f"Chosen: {chosen.label}." if chosen else "Chosen: none qualifies."]
+    return "\n".join(lines) + "\n"
+
+
 def _host(summary: Mapping[str, Any]) -> str:
     host = summary.get("host")
     if not host:
@@ -664,9 +664,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.against:
         text += comparison_markdown(args.against, diffs, family_diffs)
     if args.choose_across:
-        # Imported here: report_choice builds on this module's rule pieces.
-        from jaxrl_llm.report_choice import choice_markdown, choose
-
         max_drop, min_ratio = args.max_drop / 100, args.min_entropy_ratio
         settings, chosen = choose(
             rows, args.choose_across, max_drop=max_drop, min_entropy_ratio=min_ratio

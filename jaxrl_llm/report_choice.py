@@ -9,7 +9,7 @@ qualifying setting of the highest mean gain over tasks. The pruner of a running 
 
     rows = [report.summarize(group) for group in report.collect_groups(["runs/seeds/stabilisers"])]
     settings, chosen = choose(rows, "task.", max_drop=0.03, min_entropy_ratio=1 / 3)
-    print(choice_markdown(settings, chosen, 0.03, 1 / 3))
+    print(report.choice_markdown(settings, chosen, 0.03, 1 / 3))
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxrl_llm.report import IGNORED_KEYS, config_key, differing_keys, exceeds, percent_cell
+from jaxrl_llm.report_rules import IGNORED_KEYS, config_key, differing_keys, exceeds
 
-__all__ = ["Setting", "choice_markdown", "choose", "common_values"]
+__all__ = ["Setting", "choose", "common_values"]
 
 
 class Setting(NamedTuple):
@@ -135,44 +135,3 @@ def choose(
         out.append(Setting(label, setting_values, cells, mean_gain, reasons))
     out.sort(key=lambda s: -s.mean_gain)
     return out, next((s for s in out if not s.reasons), None)
-
-
-def choice_markdown(
-    settings: Sequence[Setting],
-    chosen: Setting | None,
-    max_drop: float,
-    min_entropy_ratio: float | None = None,
-) -> str:
-    """The `--choose_across` table: each setting's gain per task, its worst drop, and why it
-    does or does not qualify."""
-    entropy_rule = (
-        ""
-        if min_entropy_ratio is None
-        else f" and keeps at least {min_entropy_ratio:.2f} of its first sampled entropy"
-    )
-    lines = [
-        "",
-        f"Settings (groups joined across tasks), by mean gain over tasks. A setting qualifies "
-        f"when on every task each of >= 3 seeds ends within {100 * max_drop:g} points of its "
-        f"own best evaluation{entropy_rule}; the default is the qualifying setting of the "
-        "highest mean gain.",
-        "",
-        "| setting | mean gain (points) | per task: gain [95%], worst drop, entropy last/first "
-        "| qualifies |",
-        "| --- | --- | --- | --- |",
-    ]
-    for setting in settings:
-        tasks = "; ".join(
-            f"{task}: {percent_cell(row['gain'], signed=True)}, "
-            + ("-" if row["worst_drop"] is None else f"{100 * row['worst_drop']:.1f}")
-            + ("" if row["entropy_ratio"] is None else f", {row['entropy_ratio']:.2f}")
-            for task, row in setting.rows
-        )
-        verdict = "yes" if not setting.reasons else "no: " + "; ".join(setting.reasons)
-        lines.append(f"| {setting.label} | {100 * setting.mean_gain:+.1f} | {tasks} | {verdict} |")
-    common = common_values([setting.values for setting in settings])
-    if common:
-        shared = ", ".join(f"{k}={v}" for k, v in sorted(common.items()))
-        lines += ["", f"Unless its label names another value, a setting has {shared}."]
-    lines += ["", f"Chosen: {chosen.label}." if chosen else "Chosen: none qualifies."]
-    return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from jaxrl_llm import report, report_choice, sweeps
+from jaxrl_llm import report, report_choice, report_rules, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
@@ -323,9 +323,9 @@ def test_a_step_that_trained_on_no_token_has_no_entropy():
         {"step": 29, "train/entropy": 0.7, "stabilise/kept_group_fraction": 0.5},
         {"step": 30, "train/entropy": 0.0, "stabilise/kept_group_fraction": 0.0},
     ]
-    entropy = report.sampled_entropy(metrics)
+    entropy = report_rules.sampled_entropy(metrics)
     assert sorted(entropy) == [1, 29]
-    assert report.entropy_ratio(entropy) == pytest.approx(0.7 / 1.9)
+    assert report_rules.entropy_ratio(entropy) == pytest.approx(0.7 / 1.9)
 
 
 def test_a_run_on_an_accelerator_names_it_beside_the_cpu(monkeypatch):
