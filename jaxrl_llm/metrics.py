@@ -99,7 +99,7 @@ class MetricsWriter:
         """Appends one line per held-out set: `{"step", "set", "correct": [0/1 per question]}`,
         in the set's question order (the same questions at every step); with the set's
         `details` (`Evaluator.details`) also `"answers"` (each cut to `MAX_ANSWER_CHARS`, null
-        for none) and `"copied_input"` (0/1)."""
+        for none), `"copied_input"` (0/1) and, where given, the `"references"` (cut alike)."""
         for name, values in correct.items():
             row = {"step": int(step), "set": name, "correct": _flags(values)}
             extra = (details or {}).get(name)
@@ -108,6 +108,8 @@ class MetricsWriter:
                     None if a is None else str(a)[:MAX_ANSWER_CHARS] for a in extra["answers"]
                 ]
                 row["copied_input"] = _flags(extra["copied_input"])
+                if "references" in extra:
+                    row["references"] = [str(a)[:MAX_ANSWER_CHARS] for a in extra["references"]]
             self._questions.write(json.dumps(row) + "\n")
         self._questions.flush()
 

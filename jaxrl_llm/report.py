@@ -174,7 +174,12 @@ def load_run(workdir: str) -> Run:
     rows = {step: row for (step, name), row in read_eval_rows(workdir).items() if name == task}
     correct = {step: np.asarray(row["correct"], np.int8) for step, row in rows.items()}
     answers = {
-        step: EvalAnswers(row["answers"], correct[step], np.asarray(row["copied_input"], np.int8))
+        step: EvalAnswers(
+            row["answers"],
+            correct[step],
+            np.asarray(row["copied_input"], np.int8),
+            row.get("references"),  # kept since 2026-11-27
+        )
         for step, row in rows.items()
         if "answers" in row and "copied_input" in row
     }

@@ -9,7 +9,9 @@ shows either. From one evaluation's per-question records (what `Evaluator.detail
 
     constant answer   the commonest answer's share of the questions and its precision (how often
                       it is right where given); a policy that answers by the question gives each
-                      answer mostly where it is right
+                      answer mostly where it is right. Records that keep the references also
+                      give the answer's share among them: a blind constant is right where given
+                      at about that rate, one partly chosen by the question above it
     copied input      the share of questions answered wrong by a completion whose last number
                       is one of the question's numbers but not the reference answer (a wrong
                       copy; a right answer followed by an input, "8, which is 3 more than 5",
@@ -80,20 +82,26 @@ class EvalAnswers(NamedTuple):
       answers: [Q] the answer read from each greedy completion (None: no answer).
       correct: [Q] 0/1, whether it was right.
       copied_input: [Q] 0/1, `copied_input` of each completion.
+      references: [Q] each question's reference answer, where the records keep it (None: not
+        kept): how often the constant answer is right by the answer distribution alone.
     """
 
     answers: Sequence[str | None]
     correct: np.ndarray
     copied_input: np.ndarray
+    references: Sequence[str] | None = None
 
 
 class ConstantAnswer(NamedTuple):
-    """The commonest answer of an evaluation: its text, share of the questions, and the
-    fraction of the questions it was given on that it got right."""
+    """The commonest answer of an evaluation: its text, share of the questions, the fraction of
+    the questions it was given on that it got right, and (records with references) the share of
+    all questions whose reference it is: a blind constant is right at about that rate where
+    given, an answer chosen by the question (gcd's "2" where both numbers are even) above it."""
 
     answer: str
     share: float
     precision: float
+    reference_share: float | None = None
 
 
 def constant_answer(records: EvalAnswers) -> ConstantAnswer | None:
@@ -102,7 +110,7 @@ def constant_answer(records: EvalAnswers) -> ConstantAnswer | None:
     Example:
       >>> r = EvalAnswers(["2", "2.0", "3", None], np.array([1, 0, 1, 0]), np.zeros(4))
       >>> constant_answer(r)
-      ConstantAnswer(answer='2', share=0.5, precision=0.5)
+      ConstantAnswer(answer='2', share=0.5, precision=0.5, reference_share=None)
     """
     keys = [answer_key(a) for a in records.answers]
     counts = Counter(k for k in keys if k is not None)
@@ -111,7 +119,10 @@ def constant_answer(records: EvalAnswers) -> ConstantAnswer | None:
     answer, count = counts.most_common(1)[0]
     given = np.asarray([k == answer for k in keys])
     right = float(np.asarray(records.correct)[given].mean())
-    return ConstantAnswer(answer, count / len(keys), right)
+    reference_share = None
+    if records.references is not None:
+        reference_share = float(np.mean([answer_key(r) == answer for r in records.references]))
+    return ConstantAnswer(answer, count / len(keys), right, reference_share)
 
 
 def _wrong_copies(records: EvalAnswers) -> float:
@@ -147,6 +158,11 @@ def find_hacks(start: EvalAnswers, end: EvalAnswers) -> list[str]:
             found.append(
                 f"constant answer {constant.answer!r} on {100 * constant.share:.0f}% of questions "
                 f"(from {100 * before:.0f}%), right on {100 * constant.precision:.0f}% of them"
+                + (
+                    ""
+                    if constant.reference_share is None
+                    else f" (the reference on {100 * constant.reference_share:.0f}% of all)"
+                )
             )
     copied_before, copied_after = _wrong_copies(start), _wrong_copies(end)
     if copied_after >= COPIED_MIN_SHARE and copied_after - copied_before >= MIN_RISE:

@@ -135,9 +135,9 @@ class Evaluator:
     Attributes:
       correct: {set name: bool [N]} whether each greedy answer of the set's last evaluation was
         right, in the set's order (what a report resamples for intervals over questions).
-      details: {set name: {"answers": [N] str | None, "copied_input": bool [N]}} of the same
-        evaluation: what `jaxrl_llm.evals.hacks` reads to find a constant answer or a copied
-        input number.
+      details: {set name: {"answers": [N] str | None, "copied_input": bool [N], "references":
+        [N] str}} of the same evaluation: what `jaxrl_llm.evals.hacks` reads to find a constant
+        answer (and how often it is the reference) or a copied input number.
     """
 
     def __init__(self, model, tokenizer, rewards: RewardRunner, settings: EvalSettings):
@@ -177,6 +177,7 @@ class Evaluator:
         self.details[eval_set.name] = {
             "answers": greedy.answers,
             "copied_input": greedy.copied_input,
+            "references": [e.answer for e in examples],
         }
         result = {
             "accuracy": float(np.mean(greedy.scores == 1.0)),

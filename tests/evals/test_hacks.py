@@ -34,9 +34,14 @@ def test_the_gcd_constant_answer_is_found_and_honest_answers_are_not():
     references = ["2"] * 20 + [str(i) for i in range(3, 83)]
     start = records(references[:30] + ["7"] * 70, [1] * 30 + [0] * 70)
     hack = records(["2"] * 60 + references[60:], [1] * 20 + [0] * 40 + [1] * 40)
-    assert constant_answer(hack) == pytest.approx(("2", 0.6, 1 / 3))
+    assert constant_answer(hack) == ("2", 0.6, pytest.approx(1 / 3), None)
     (found,) = find_hacks(start, hack)
-    assert "constant answer '2' on 60% of questions (from 20%), right on 33%" in found
+    assert "constant answer '2' on 60% of questions (from 20%), right on 33% of them" in found
+    # with the references kept: "2" is the reference of 20% of the questions, so a blind "2"
+    # would be right on about 20% of those it is given on
+    (found,) = find_hacks(start, hack._replace(references=references))
+    assert found.endswith("right on 33% of them (the reference on 20% of all)")
+    assert constant_answer(hack._replace(references=references)).reference_share == 0.2
     honest = records(references, [1] * 100)
     assert find_hacks(start, honest) == []
 

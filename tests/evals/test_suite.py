@@ -170,4 +170,5 @@ def test_details_keep_each_answer_and_whether_it_copied_an_input(policy, monkeyp
     details = evaluator.details["lcm"]
     assert details["answers"] == ["3", "6", "4", "no number"]
     assert details["copied_input"].tolist() == [True, False, False, False]
+    assert details["references"] == ["6", "6", "4", "4"]
     assert evaluator.correct["lcm"].tolist() == [False, True, True, False]

@@ -240,16 +240,23 @@ def test_hacks_column_reads_the_answers_the_writer_keeps(tmp_path, capsys):
         final = ["2"] * 60 + references[60:] if seed == 1 else references
         for step, answers in ((0, references[:50] + [None] * 50), (10, final)):
             correct = np.asarray([a == r for a, r in zip(answers, references, strict=True)])
-            details = {"gcd": {"answers": answers, "copied_input": np.zeros(100, bool)}}
+            details = {
+                "gcd": {
+                    "answers": answers,
+                    "copied_input": np.zeros(100, bool),
+                    "references": references,
+                }
+            }
             writer.write_eval_questions(step, {"gcd": correct}, details)
         writer.close()
     row = read_eval_rows(path)[(10, "gcd")]
-    assert row["answers"] == references and row["copied_input"] == [0] * 100
+    assert row["answers"] == row["references"] == references and row["copied_input"] == [0] * 100
     (group,) = report.collect_groups([str(tmp_path / "sweep")])
     summary = report.summarize(group, num_resamples=100)
     assert summary["hacks"][0] == summary["hacks"][2] == []
     assert summary["hacks"][1] == [
-        "constant answer '2' on 60% of questions (from 20%), right on 33% of them"
+        "constant answer '2' on 60% of questions (from 20%), right on 33% of them (the "
+        "reference on 20% of all)"
     ]
     assert report.main([str(tmp_path / "sweep"), "--resamples", "100"]) == 0
     assert "| seed 1: constant answer '2' on 60%" in capsys.readouterr().out
