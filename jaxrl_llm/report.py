@@ -83,6 +83,7 @@ from jaxrl_llm.report_rules import (
     entropy_ratio,
     held_out_curve,
     sampled_entropy,
+    with_added_keys,
 )
 
 __all__ = [
@@ -166,7 +167,7 @@ def load_run(workdir: str) -> Run:
     with open(summary_path) as f:
         summary = json.load(f)
     with open(config_path) as f:
-        config = flatten(json.load(f))
+        config = with_added_keys(flatten(json.load(f)))
     task = config.get("task.name")
     metrics = read_metrics(workdir)
     curve = held_out_curve(metrics)

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "ADDED_KEYS",
     "IGNORED_KEYS",
+    "with_added_keys",
     "config_key",
     "differing_keys",
     "drop_from_best",
@@ -25,6 +27,23 @@ __all__ = [
 ]
 
 IGNORED_KEYS = ("seed",)  # what may differ inside a group
+# Config keys added after runs were recorded: {key: (a key the older configs of that section
+# have, the value the older code ran with)}. An older run of the same setting would otherwise
+# count as another setting (a missing key differs).
+ADDED_KEYS = {
+    # the entropy controller's floor, fixed at 1e-6 before it became a field (2026-11-27)
+    "stabilise.entropy_min_coef": ("stabilise.entropy_max_coef", 1e-6),
+}
+
+
+def with_added_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A flat config with each `ADDED_KEYS` key it lacks set to the value its code ran with,
+    where the config has that key's section (its sibling key)."""
+    filled = dict(config)
+    for key, (sibling, value) in ADDED_KEYS.items():
+        if key not in filled and sibling in filled:
+            filled[key] = value
+    return filled
 
 
 def config_key(config: Mapping[str, Any], keep) -> str:

@@ -67,9 +67,11 @@ SETTINGS = concat(
     # and +28.0, at their best at the end) kept 0.19 and 0.09 of their first sampled entropy,
     # under the third the done-when asks. The same with an entropy floor held by the adaptive
     # coefficient: target 0.7 nats (a third of the base model's 1.92 at temperature 1 is 0.64),
-    # started at 0.005 and stepped twice as fast as the default (the floor of the third setting,
-    # at rate 0.5 from 0.001, had only reached 0.027 when its entropy was down to 0.05). Last
-    # in the plan, so that the trial numbers above stay as run.
+    # started at 0.005, stepped twice as fast as the default, and never below 0.005 (the third
+    # setting's weight fell while entropy was above its target, then from there had only
+    # reached 0.027 when its entropy was down to 0.05; a first try of this one without the
+    # floor had its weight at 1e-6 by step 6). Last in the plan, so that the trial numbers
+    # above stay as run.
     fixed(
         {
             **DYNAMIC,
@@ -78,6 +80,7 @@ SETTINGS = concat(
             "rollout.temperature": 1.0,
             "stabilise.entropy_target": 0.7,
             "stabilise.entropy_rate": 1.0,
+            "stabilise.entropy_min_coef": 0.005,
             "loss.entropy_coef": 0.005,
         }
     ),

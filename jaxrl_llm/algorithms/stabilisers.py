@@ -67,10 +67,14 @@ def stabilisers_section() -> ml_collections.ConfigDict:
     c.overlong_weight = 1.0
     # Target entropy (nats per completion token) for an adaptive entropy coefficient starting
     # at config.loss.entropy_coef; 0 keeps the coefficient fixed. entropy_rate is the step of
-    # log(coefficient) per nat of gap, entropy_max_coef its ceiling.
+    # log(coefficient) per nat of gap, entropy_max_coef its ceiling and entropy_min_coef its
+    # floor: while entropy is above the target the coefficient falls, and from 1e-6 it takes
+    # tens of steps to climb back once entropy falls under the target (a floor at the starting
+    # coefficient keeps it ready).
     c.entropy_target = 0.0
     c.entropy_rate = 0.5
     c.entropy_max_coef = 0.05
+    c.entropy_min_coef = 1e-6
     return c
 
 
@@ -119,11 +123,13 @@ def validate_stabilisers(config: ml_collections.ConfigDict, *, vocab_size: int |
                 f"config.stabilise.entropy_target={s.entropy_target} must lie in (0, log V = "
                 f"{math.log(vocab_size):.2f}) nats, the range of a token's entropy."
             )
-        if not 0 < config.loss.entropy_coef <= s.entropy_max_coef or s.entropy_rate <= 0:
+        low, high = s.entropy_min_coef, s.entropy_max_coef
+        if not 0 < low <= config.loss.entropy_coef <= high or s.entropy_rate <= 0:
             raise ValueError(
                 f"config.stabilise.entropy_target > 0 adapts config.loss.entropy_coef: it must "
-                f"start in (0, entropy_max_coef={s.entropy_max_coef}] (got "
-                f"{config.loss.entropy_coef}), with entropy_rate > 0 (got {s.entropy_rate})."
+                f"start in [entropy_min_coef={low}, entropy_max_coef={high}] with "
+                f"entropy_min_coef > 0 (got {config.loss.entropy_coef}), and entropy_rate > 0 "
+                f"(got {s.entropy_rate})."
             )
 
 

@@ -161,6 +161,7 @@ class StepStabilisers:
                 target=s.entropy_target,
                 rate=s.entropy_rate,
                 max_coef=s.entropy_max_coef,
+                min_coef=s.entropy_min_coef,
             )
             meta.setdefault(META_KEY, self.control.init().coef)
 

@@ -66,6 +66,10 @@ def test_bad_stabiliser_settings_name_the_field():
     config.loss.entropy_coef = 0.0
     with pytest.raises(ValueError, match="entropy_coef"):
         validate_stabilisers(config)
+    config.loss.entropy_coef = 0.001
+    config.stabilise.entropy_min_coef = 0.005  # a floor above the start
+    with pytest.raises(ValueError, match=r"start in \[entropy_min_coef=0.005, entropy_max_coef"):
+        validate_stabilisers(config)
     config = config_for("grpo")
     config.stabilise.overlong = "soft"
     config.stabilise.overlong_cache_tokens = 40
@@ -215,3 +219,21 @@ def test_a_step_with_no_loss_tokens_leaves_the_entropy_weight_alone():
     assert meta[META_KEY] == 0.001  # every row masked: no entropy was measured
     assert stabilisers.observe({"train/entropy": 0.0})["stabilise/entropy_coef"] == 0.001
     assert meta[META_KEY] > 0.001  # a measured 0 is below the target: the weight rises
+
+
+def test_the_entropy_weight_stays_at_its_floor_while_entropy_is_above_the_target():
+    """`stabilise.entropy_min_coef` at the starting weight: high entropy cannot drive the weight
+    toward 0, so it rises from there as soon as entropy falls under the target."""
+    from jaxrl_llm.runners.stabilisers import META_KEY, StepStabilisers
+
+    config = config_for("grpo")
+    with config.unlocked():
+        config.stabilise.entropy_target, config.loss.entropy_coef = 0.7, 0.005
+        config.stabilise.entropy_rate, config.stabilise.entropy_min_coef = 1.0, 0.005
+    meta = {}
+    stabilisers = StepStabilisers(config, pad_id=0, meta=meta)
+    for _ in range(10):  # the base model at temperature 1: 1.9 nats
+        stabilisers.observe({"train/entropy": 1.9})
+    assert meta[META_KEY] == 0.005
+    stabilisers.observe({"train/entropy": 0.4})
+    assert meta[META_KEY] == pytest.approx(0.005 * math.exp(0.3))

@@ -348,3 +348,18 @@ def test_a_run_on_an_accelerator_names_it_beside_the_cpu(monkeypatch):
         "jax.devices", lambda: [type("Device", (), {"device_kind": "NVIDIA H100 80GB HBM3"})()]
     )
     assert host.accelerator_info() == {"accelerator": "1 x NVIDIA H100 80GB HBM3"}
+
+
+def test_an_older_run_without_a_later_key_joins_its_setting(tmp_path):
+    """`stabilise.entropy_min_coef` became a field after runs were recorded (their code ran with
+    1e-6): an older run of the same setting is in the same group, not another setting."""
+    for seed in range(3):
+        stabilise = {"entropy_max_coef": 0.05}
+        if seed == 2:  # recorded by the newer code
+            stabilise["entropy_min_coef"] = 1e-6
+        make_run(tmp_path / "s" / f"r{seed}", seed=seed, sections={"stabilise": stabilise})
+    make_run(tmp_path / "s" / "floor", seed=0,
+             sections={"stabilise": {"entropy_max_coef": 0.05, "entropy_min_coef": 0.005}})  # fmt: skip
+    groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
+    assert sorted(len(g.runs) for g in groups) == [1, 3]
+    assert report_rules.with_added_keys({"task.name": "gcd"}) == {"task.name": "gcd"}
