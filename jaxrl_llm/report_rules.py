@@ -16,7 +16,6 @@ from typing import Any
 __all__ = [
     "ADDED_KEYS",
     "IGNORED_KEYS",
-    "with_added_keys",
     "config_key",
     "differing_keys",
     "drop_from_best",
@@ -24,6 +23,7 @@ __all__ = [
     "exceeds",
     "held_out_curve",
     "sampled_entropy",
+    "with_added_keys",
 ]
 
 IGNORED_KEYS = ("seed",)  # what may differ inside a group
