@@ -455,9 +455,9 @@ def comparison_markdown(against: str, diffs, family_diffs=None) -> str:
     header = f"| group | minus {against} (points) |"
     lines += ["", header + (f" {100 * level:.4g}% (Bonferroni) |" if family else "")]
     lines.append("| --- | --- |" + (" --- |" if family else ""))
-    cell = lambda d: percent_cell(d, signed=True) + ("" if d.excludes_zero() else " (includes 0)")  # noqa: E731
     for i, (label, diff) in enumerate(diffs):
-        cells = [label, cell(diff)] + ([cell(family_diffs[i][1])] if family else [])
+        cells = [label, difference_cell(diff)]
+        cells += [difference_cell(family_diffs[i][1])] if family else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -519,6 +519,13 @@ def percent_cell(interval: Interval, signed: bool = False) -> str:
     )
 
 
+def difference_cell(interval: Interval) -> str:
+    """A gain or a difference, signed, marked when its interval includes 0 (not a gain)."""
+    return percent_cell(interval, signed=True) + (
+        "" if interval.excludes_zero() else " (includes 0)"
+    )
+
+
 COLUMNS = (
     "group", "seeds", "before %", "after %", "gain (points)", "per-seed gains",
     "best % (step)", "worst drop", "entropy last/first", "hacks (last eval)", "steps",
@@ -529,16 +536,13 @@ COLUMNS = (
 def row_cells(row: Mapping[str, Any]) -> list[str]:
     """A summarized group's cells, in `COLUMNS` order."""
     best = row["best"]
-    gain = percent_cell(row["gain"], signed=True) + (
-        "" if row["gain"].excludes_zero() else " (includes 0)"
-    )
     return [
         row["label"],
         ",".join(map(str, row["seeds"]))
         + (" (a sketch: < 3 seeds)" if len(row["seeds"]) < 3 else ""),
         percent_cell(row["before"]),
         percent_cell(row["after"]),
-        gain,
+        difference_cell(row["gain"]),
         " / ".join(f"{100 * g:+.1f}" for g in row["seed_gains"]),
         "" if best is None else f"{100 * best[0]:.1f} ({best[1]})",
         "" if row["worst_drop"] is None else f"{100 * row['worst_drop']:.1f}",
