@@ -5,7 +5,13 @@ the seed, and the evaluation done so far. A checkpoint that cannot be read (corr
 empty or half-written step directory) is moved aside to `<directory>_quarantine/<step>-<time>`
 (kept for inspection, never deleted), and the next older one is restored; the run then saves
 that step again without colliding with the broken copy. A save that fails (a full disk, a write
-error) raises `CheckpointSaveError` naming the last checkpoint that is intact.
+error) raises `CheckpointSaveError` naming the last checkpoint that is intact; before a run's
+first step, `Checkpointer.ensure_space` raises `CheckpointSpaceError` when the disk cannot hold
+the checkpoints the run will keep, so a full disk stops it at step 0 instead of at a save.
+
+A checkpoint of SmolLM2-135M's GRPO state (float32 weights and AdamW moments) is 1.4 GB on
+disk; `config.train.keep_checkpoints` (orbax's max_to_keep, default 3) is how many a finished run
+leaves, so a sweep of dozens of runs wants 1.
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ log = logging.getLogger(__name__)
 
 class CheckpointSaveError(OSError):
     """A checkpoint could not be written; the older checkpoints are intact."""
+
+
+class CheckpointSpaceError(CheckpointSaveError):
+    """The disk cannot hold the checkpoints a run will write; raised before its first step."""
 
 
 class Quarantined(NamedTuple):
@@ -66,6 +76,7 @@ class Checkpointer:
             )
             os.makedirs(self.directory, exist_ok=True)  # orbax creates it for all processes only
         self.host_local = processes is not None
+        self.max_to_keep = max_to_keep
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -101,6 +112,31 @@ class Checkpointer:
                 f"Newest intact checkpoint: {last}. Free disk space (or fix the directory) and run "
                 "the same command again to resume from it."
             ) from e
+
+    def ensure_space(self, train_state: Any, *, saves: int) -> None:
+        """Raises `CheckpointSpaceError` unless the disk under the directory has room for `saves`
+        more checkpoints of `train_state` (arrays or `jax.ShapeDtypeStruct`s) as this manager
+        keeps them: a save writes the new checkpoint before the oldest beyond `max_to_keep` is
+        removed, so with E on disk the peak is min(E + saves - 1, max_to_keep) + 1 of them.
+        The size is the state's array bytes (orbax writes them uncompressed)."""
+        if saves <= 0:
+            return
+        existing = len(self.all_steps())
+        peak = min(existing + saves - 1, self.max_to_keep) + 1
+        size = checkpoint_bytes(train_state)
+        needed = max(peak - existing, 0) * size
+        directory = self.directory
+        while not os.path.isdir(directory):  # the first existing folder holds the disk's figure
+            directory = os.path.dirname(directory)
+        free = shutil.disk_usage(directory).free
+        if needed > free:
+            raise CheckpointSpaceError(
+                f"config.train.keep_checkpoints={self.max_to_keep}: this run will write {saves} "
+                f"checkpoint(s) of {size / 1e9:.2f} GB to {self.directory}, up to {peak} on disk "
+                f"at once ({needed / 1e9:.2f} GB more than now), but {free / 1e9:.2f} GB is free "
+                "there. Free disk space, lower config.train.keep_checkpoints (1 keeps only the "
+                "newest) or raise config.train.checkpoint_every, then run the same command again."
+            )
 
     def all_steps(self) -> list[int]:
         """Steps with a checkpoint, ascending."""
@@ -162,6 +198,29 @@ class Checkpointer:
         """Waits for pending writes and releases the manager."""
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def checkpoint_bytes(tree: Any) -> int:
+    """The bytes of the arrays in `tree` (arrays or `jax.ShapeDtypeStruct`s): a checkpoint's
+    size on disk, less orbax's few kB of metadata."""
+    return sum(
+        int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+        for leaf in jax.tree.leaves(tree)
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+    )
+
+
+def saves_left(step: int, *, num_steps: int, every: int) -> int:
+    """How many checkpoints a run at `step` still writes when it saves every `every` steps and
+    at its last step `num_steps`.
+
+    Example:
+      >>> saves_left(0, num_steps=30, every=10), saves_left(20, num_steps=25, every=10)
+      (3, 1)
+    """
+    if step >= num_steps:
+        return 0
+    return num_steps // every - step // every + (num_steps % every != 0)
 
 
 def abstract_like(tree: Any) -> Any:

@@ -121,6 +121,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.train.num_minibatches = 1
     # Save a checkpoint every N steps (and at the end).
     c.train.checkpoint_every = 5
+    # How many of the newest checkpoints a run keeps (orbax's max_to_keep); a finished run leaves
+    # this many. SmolLM2-135M's GRPO state is 1.4 GB a checkpoint: a sweep of many runs wants 1.
+    c.train.keep_checkpoints = 3
     # Log sample completions every N steps.
     c.train.sample_every = 5
     # Gradient checkpointing per layer (jaxrl_llm.models.REMAT_POLICIES): "full" keeps one
@@ -254,6 +257,7 @@ _POSITIVE_INTS = (
     "train.num_steps",
     "train.num_minibatches",
     "train.checkpoint_every",
+    "train.keep_checkpoints",
     "rollout.min_prompt_bucket",
     "train.sample_every",
     "eval.batch_size",

@@ -26,7 +26,9 @@ __all__ = [
     "with_added_keys",
 ]
 
-IGNORED_KEYS = ("seed",)  # what may differ inside a group
+# What may differ inside a group: the seed, and how often and how many checkpoints a run writes
+# (a resumed run continues exactly, so neither changes what it learns).
+IGNORED_KEYS = ("seed", "train.checkpoint_every", "train.keep_checkpoints")
 # Config keys added after runs were recorded: {key: (a key the older configs of that section
 # have, the value the older code ran with)}. An older run of the same setting would otherwise
 # count as another setting (a missing key differs).

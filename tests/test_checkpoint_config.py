@@ -1,12 +1,20 @@
 """Checkpoints (orbax) round trip and fall back past a corrupt one; configs reject bad keys."""
 
 import os
+import types
 
 import jax
 import numpy as np
 import pytest
 
-from jaxrl_llm.checkpoint import Checkpointer, abstract_like
+from jaxrl_llm import checkpoint
+from jaxrl_llm.checkpoint import (
+    Checkpointer,
+    CheckpointSpaceError,
+    abstract_like,
+    checkpoint_bytes,
+    saves_left,
+)
 from jaxrl_llm.config import apply_overrides, grpo_config, validate_config
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.runners.stages import load_config
@@ -82,3 +90,51 @@ def test_load_config_validates(tmp_path):
     assert config.model.name == "smollm2-135m-instruct"
     with pytest.raises(FileNotFoundError, match="Config file not found"):
         load_config(str(tmp_path / "missing.py"))
+
+
+def test_saves_left_counts_every_multiple_and_the_last_step():
+    assert saves_left(0, num_steps=30, every=10) == 3  # 10, 20, 30
+    assert saves_left(3, num_steps=7, every=5) == 2  # 5 and the last, 7
+    assert saves_left(5, num_steps=7, every=5) == 1  # 7
+    assert saves_left(0, num_steps=4, every=1) == 4
+    assert saves_left(30, num_steps=30, every=10) == 0  # finished
+
+
+def test_ensure_space_counts_the_checkpoints_on_disk_at_once(tmp_path, monkeypatch):
+    state = _state(1)
+    size = checkpoint_bytes(state)
+    assert size == sum(np.asarray(x).nbytes for x in jax.tree.leaves(state)) > 0
+    assert checkpoint_bytes(abstract_like(state)) == size  # shapes suffice
+    free = {"bytes": 0}
+    monkeypatch.setattr(
+        checkpoint.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=free["bytes"])
+    )
+    ckpt = Checkpointer(str(tmp_path / "ckpt"), max_to_keep=2)
+    ckpt.ensure_space(state, saves=0)  # nothing to write: no figure needed
+    # None on disk, 5 saves, 2 kept: the third is written before the first goes, so 3 at once.
+    free["bytes"] = 3 * size
+    ckpt.ensure_space(state, saves=5)
+    free["bytes"] = 3 * size - 1
+    with pytest.raises(CheckpointSpaceError, match=r"keep_checkpoints=2: .* up to 3 on disk"):
+        ckpt.ensure_space(state, saves=5)
+    free["bytes"] = size
+    ckpt.ensure_space(state, saves=1)
+    monkeypatch.undo()
+    ckpt.save(1, state, {"step": 1})
+    ckpt.save(2, state, {"step": 2})
+    monkeypatch.setattr(
+        checkpoint.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=free["bytes"])
+    )
+    # Two on disk (the most kept): each later save adds one before one goes, one more at once.
+    free["bytes"] = size
+    ckpt.ensure_space(state, saves=3)
+    free["bytes"] = size - 1
+    with pytest.raises(CheckpointSpaceError, match="lower config.train.keep_checkpoints"):
+        ckpt.ensure_space(state, saves=3)
+    ckpt.close()
+
+
+def test_keep_checkpoints_must_be_positive():
+    config = apply_overrides(grpo_config(), {"train.keep_checkpoints": 0})
+    with pytest.raises(ValueError, match=r"config.train.keep_checkpoints=0 must be a positive"):
+        validate_config(config)

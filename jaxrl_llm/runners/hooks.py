@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import jax
 import tqdm
 
-from jaxrl_llm.checkpoint import Checkpointer, abstract_like
+from jaxrl_llm.checkpoint import Checkpointer, abstract_like, saves_left
 from jaxrl_llm.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)
@@ -88,11 +88,22 @@ class Hook:
 
 
 class CheckpointHook(Hook):
-    """Restores the newest checkpoint on start; saves every `every` steps and at the end."""
+    """Restores the newest checkpoint on start; saves every `every` steps and at the end,
+    keeping the newest `keep`. Given the run's `num_steps`, it checks on start that the disk
+    holds the checkpoints still to come (`Checkpointer.ensure_space`) and stops the run there,
+    before any evaluation or step, when it does not."""
 
-    def __init__(self, directory: str, *, every: int, processes: Collection[int] | None = None):
-        self.checkpointer = Checkpointer(directory, processes=processes)
-        self.every = every
+    def __init__(
+        self,
+        directory: str,
+        *,
+        every: int,
+        keep: int = 3,
+        num_steps: int | None = None,
+        processes: Collection[int] | None = None,
+    ):
+        self.checkpointer = Checkpointer(directory, max_to_keep=keep, processes=processes)
+        self.every, self.num_steps = every, num_steps
 
     def on_start(self, run: RunContext) -> None:
         restored = self.checkpointer.restore_latest(abstract_like(run.state_tree()))
@@ -106,6 +117,11 @@ class CheckpointHook(Hook):
             run.load_state_tree(tree)
             run.meta.update(meta)
             print(f"[jaxrl_llm] resumed from {self.checkpointer.directory} at step {meta['step']}")
+        if self.num_steps is not None:
+            self.checkpointer.ensure_space(
+                run.state_tree(),
+                saves=saves_left(run.meta["step"], num_steps=self.num_steps, every=self.every),
+            )
         moved = len(self.checkpointer.quarantined)
         if moved:  # counted across restarts in the checkpointed metadata
             run.meta["quarantined_checkpoints"] = run.meta.get("quarantined_checkpoints", 0) + moved
@@ -252,6 +268,8 @@ def default_hooks(config, workdir: str, *, desc: str, progress: bool = True) -> 
         CheckpointHook(
             os.path.join(workdir, "checkpoints"),
             every=config.train.checkpoint_every,
+            keep=config.train.keep_checkpoints,
+            num_steps=config.train.num_steps,
             # A two-process asynchronous run's state lives on its learner process alone.
             processes={jax.process_index()} if config.async_rl.processes == 2 else None,
         ),

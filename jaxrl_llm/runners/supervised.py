@@ -34,7 +34,7 @@ import jax
 import ml_collections
 import tqdm
 
-from jaxrl_llm.checkpoint import Checkpointer, abstract_like
+from jaxrl_llm.checkpoint import Checkpointer, abstract_like, saves_left
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.roles import Learner
 
@@ -134,6 +134,7 @@ def run_validated_stage(
         workdir=workdir,
         num_steps=config.train.num_steps,
         checkpoint_every=config.train.checkpoint_every,
+        keep_checkpoints=config.train.keep_checkpoints,
         eval_every=config[stage.section].eval_every,
         desc=stage.desc(config),
         progress=progress,
@@ -165,6 +166,7 @@ def fit(
     workdir: str,
     num_steps: int,
     checkpoint_every: int,
+    keep_checkpoints: int = 3,
     eval_every: int = 0,
     desc: str = "train",
     progress: bool = True,
@@ -174,13 +176,18 @@ def fit(
     `train/*` metrics every step and `evaluate(when)` at step 0, every `eval_every` steps (0: never
     in between) and at the end to `workdir/metrics.jsonl`. With `max_time_s` > 0 it stops (and
     saves) after the first update that ends past that many seconds of updates in this process
-    (evaluations excluded). Returns (before, after)."""
-    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"))
+    (evaluations excluded). The newest `keep_checkpoints` checkpoints are kept; a disk that cannot
+    hold those still to come stops it before the first evaluation (`CheckpointSpaceError`).
+    Returns (before, after)."""
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=keep_checkpoints)
     restored = checkpointer.restore_latest(abstract_like(learner.state))
     meta: dict[str, Any] = {"step": 0, "before": None}
     if restored is not None:
         learner.state, meta = restored
         print(f"[jaxrl_llm] resumed from step {meta['step']}")
+    checkpointer.ensure_space(
+        learner.state, saves=saves_left(meta["step"], num_steps=num_steps, every=checkpoint_every)
+    )
     writer = MetricsWriter(workdir)
     if meta["before"] is None:
         meta["before"] = evaluate("before")

@@ -121,7 +121,7 @@ def abstract_policy(workload: Workload) -> Transformer:
 # optimizer's rate, a loss term ...) compiles anew; a field wrongly kept costs a compile, never
 # a wrong plan.
 UNTRACED_FIELDS = (
-    "seed", "train.checkpoint_every", "train.sample_every",
+    "seed", "train.checkpoint_every", "train.keep_checkpoints", "train.sample_every",
     "train.max_time_s", "train.max_consecutive_nonfinite", "train.planned_step", "eval", "task",
     "placement",
     "rollout.decode_batch", "rollout.forward_batch",

@@ -17,7 +17,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from jaxrl_llm.checkpoint import CheckpointSaveError
+from jaxrl_llm import checkpoint
+from jaxrl_llm.checkpoint import CheckpointSaveError, CheckpointSpaceError
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.rewards import RewardRunner
 from jaxrl_llm.runners import components, hooks, load_config, train
@@ -189,6 +190,22 @@ def test_disk_full_when_saving_stops_with_the_intact_checkpoint_named(
     monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)
     train(_config(path), str(tmp_path), progress=False)  # space freed: the same command resumes
     _assert_same_steps(tmp_path, uninterrupted(path))
+
+
+def test_disk_too_small_for_the_checkpoints_stops_the_run_before_its_first_step(
+    tmp_path, monkeypatch, uninterrupted
+):
+    path = "experiments/configs/grpo_tiny.py"
+    real = checkpoint.shutil.disk_usage
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: real(p)._replace(free=1000))
+    with pytest.raises(CheckpointSpaceError, match=r"keep_checkpoints=3: this run will write 4 "):
+        train(_config(path, **{"eval.before": True}), str(tmp_path), progress=False)
+    assert read_metrics(str(tmp_path)) == []  # stopped before the evaluation and any step
+    monkeypatch.undo()
+    # space freed (here: fewer checkpoints kept): the same run, and only the newest is left
+    train(_config(path, **{"train.keep_checkpoints": 1}), str(tmp_path), progress=False)
+    _assert_same_steps(tmp_path, uninterrupted(path))
+    assert os.listdir(tmp_path / "checkpoints") == [str(STEPS)]
 
 
 def _cli(workdir, *extra, script=None):
