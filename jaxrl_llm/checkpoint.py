@@ -9,7 +9,7 @@ error) raises `CheckpointSaveError` naming the last checkpoint that is intact; b
 first step, `Checkpointer.ensure_space` raises `CheckpointSpaceError` when the disk cannot hold
 the checkpoints the run will keep, so a full disk stops it at step 0 instead of at a save.
 
-A checkpoint of SmolLM2-135M's GRPO state (float32 weights and AdamW moments) is 1.4 GB on
+A checkpoint of SmolLM2-135M's GRPO state (float32 weights and AdamW moments) is 1.5 GB on
 disk; `config.train.keep_checkpoints` (orbax's max_to_keep, default 3) is how many a finished run
 leaves, so a sweep of dozens of runs wants 1.
 """
