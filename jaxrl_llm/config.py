@@ -122,7 +122,8 @@ def base_config() -> ml_collections.ConfigDict:
     # Save a checkpoint every N steps (and at the end).
     c.train.checkpoint_every = 5
     # How many of the newest checkpoints a run keeps (orbax's max_to_keep); a finished run leaves
-    # this many. SmolLM2-135M's GRPO state is 1.5 GB (1.4 GiB) a checkpoint: a sweep of many runs wants 1.
+    # this many. SmolLM2-135M's GRPO state is 1.5 GB (1.4 GiB) a checkpoint: a sweep of many
+    # runs wants 1.
     c.train.keep_checkpoints = 3
     # Log sample completions every N steps.
     c.train.sample_every = 5
