@@ -304,8 +304,9 @@ def test_cli_user_errors_are_one_line_and_debug_keeps_the_traceback(tmp_path):
 
 @pytest.fixture
 def small_filesystem(tmp_path):
-    """A 14 MB tmpfs (two tiny-model checkpoints fit, a third does not); skips where mounting is
-    not permitted (it needs root, as on CI's machine)."""
+    """A 14 MB tmpfs (the tiny model's checkpoint is 6 MB on disk, 19 MB by the check's
+    uncompressed count); skips where mounting is not permitted (it needs root, as on CI's
+    machine)."""
     mount_point = tmp_path / "small_disk"
     mount_point.mkdir()
     made = subprocess.run(
@@ -319,16 +320,41 @@ def small_filesystem(tmp_path):
     subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-@pytest.mark.slow  # default coverage: test_disk_full_when_saving_stops_with_the_intact_checkpoint_named
+class _FillDiskAfter(hooks.Hook):
+    """Another writer: after step `step` (its checkpoint saved) it fills the disk under
+    `directory` to `leave` free bytes, with a file `filler` there."""
+
+    def __init__(self, directory, *, step, leave):
+        self.filler = os.path.join(directory, "filler")
+        self.step, self.leave = step, leave
+
+    def on_step(self, run, record):
+        if record.step == self.step:
+            free = checkpoint.shutil.disk_usage(os.path.dirname(self.filler)).free
+            with open(self.filler, "wb") as f:  # written, not sparse: tmpfs counts the pages
+                f.write(b"\0" * (free - self.leave))
+
+
+@pytest.mark.slow  # default coverage: the two tests above, with the disk's figures faked
 def test_real_full_disk_then_more_space_resumes(small_filesystem, uninterrupted):
     path = "experiments/configs/grpo_tiny.py"
     workdir = small_filesystem / "run"
-    with pytest.raises(CheckpointSaveError, match="Newest intact checkpoint: step 2"):
+    # Too small from the start: refused before the first step, by the real disk's figure.
+    with pytest.raises(CheckpointSpaceError, match=r"keep_checkpoints=3: this run will write 4 "):
         train(_config(path), str(workdir), progress=False)
+    assert read_metrics(str(workdir)) == []
+    # Room at the start, then the disk fills while the run goes on: the kernel's ENOSPC at
+    # step 3's save, the step-2 checkpoint intact.
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_filesystem)], check=True)
+    config = _config(path, **{"train.keep_checkpoints": 1})
+    filler = _FillDiskAfter(small_filesystem, step=2, leave=1_000_000)
+    run_hooks = [*hooks.default_hooks(config, str(workdir), desc="fill", progress=False), filler]
+    with pytest.raises(CheckpointSaveError, match="Newest intact checkpoint: step 2"):
+        train(config, str(workdir), progress=False, hooks=run_hooks)
     assert rows_by_step(workdir).keys() == {
         1,
         2,
     }  # the checkpoint hook runs before the metrics hook
-    subprocess.run(["mount", "-o", "remount,size=64m", str(small_filesystem)], check=True)
-    train(_config(path), str(workdir), progress=False)
+    os.remove(filler.filler)  # space freed: the same command resumes
+    train(config, str(workdir), progress=False)
     _assert_same_steps(workdir, uninterrupted(path))
