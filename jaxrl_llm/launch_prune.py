@@ -79,7 +79,9 @@ def setting_pruner(
                 return f"{name} ended {drop:.1f} points below its best (> {max_drop:g})"
         ratio = entropy_ratio(sampled_entropy(metrics))
         if min_entropy_ratio is not None and ratio is not None and ratio < min_entropy_ratio:
-            return f"{name} kept {ratio:.2f} of its first sampled entropy (< {min_entropy_ratio:g})"
+            return (
+                f"{name} kept {ratio:.3f} of its first sampled entropy (< {min_entropy_ratio:.3g})"
+            )
         return None
 
     def skip(trial: Trial) -> str | None:

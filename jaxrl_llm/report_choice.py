@@ -128,8 +128,8 @@ def choose(
                     reasons.append(f"{task}: sampled entropy not logged by every seed")
                 elif ratio < min_entropy_ratio:
                     reasons.append(
-                        f"{task}: a seed keeps {ratio:.2f} of its first sampled entropy "
-                        f"(< {min_entropy_ratio:.2f})"
+                        f"{task}: a seed keeps {ratio:.3f} of its first sampled entropy "
+                        f"(< {min_entropy_ratio:.3g})"
                     )
         mean_gain = float(np.mean([row["gain"].mean for row in group]))
         out.append(Setting(label, setting_values, cells, mean_gain, reasons))

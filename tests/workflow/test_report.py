@@ -281,7 +281,7 @@ def test_choose_with_the_entropy_criterion(tmp_path, capsys):
     settings, chosen = report_choice.choose(rows, min_entropy_ratio=1 / 3)
     assert chosen.label == "optimizer.learning_rate=3e-05"
     hi = next(s for s in settings if s.label == "optimizer.learning_rate=0.0001")
-    assert "task.name=gcd: a seed keeps 0.10 of its first sampled entropy (< 0.33)" in hi.reasons
+    assert "task.name=gcd: a seed keeps 0.100 of its first sampled entropy (< 0.333)" in hi.reasons
     args = [str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "100"]
     assert report.main([*args, "--min_entropy_ratio", "0.333"]) == 0
     out = capsys.readouterr().out

@@ -274,7 +274,7 @@ def test_prune_on_entropy_and_a_drop_of_exactly_the_limit(tmp_path):
     assert [r.status for r in results] == ["ok"]
     assert launch_prune.setting_pruner(trials, max_drop=3.0)(trials[1]) is None
     skip = launch_prune.setting_pruner(trials, max_drop=3.0, min_entropy_ratio=0.333)
-    assert skip(trials[1]) == "000 kept 0.07 of its first sampled entropy (< 0.333)"
+    assert skip(trials[1]) == "000 kept 0.070 of its first sampled entropy (< 0.333)"
     assert skip(trials[2]) is None  # another setting
 
 
