@@ -29,7 +29,12 @@ the eighth and Dr. GRPO's settings had each kept under a third on their first ru
 ninth's other runs go first: `--only 49-53,44-47,37-41`. The ninth's second run ended 4.0 under
 its best; a tenth setting (trials 054-059) follows the eighth's gcd seeds, each setting's gcd
 seeds before its chain_sum ones (gcd put the leading setting out):
-`--only 45,46,47,44,57,58,59,54,55,56,21,22,23,19,20,39,40,41,37,38`.
+`--only 45,46,47,44,57,58,59,54,55,56,21,22,23,19,20,39,40,41,37,38`. The eighth setting's six
+runs all ended within the drop rule (2026-11-28), the first setting to qualify; after trial 057
+the transfer table runs with it (docs/recipe.md), then `--only
+57,58,59,54,55,56,21,22,23,19,20,39,40,41,37,38`. Every setting here is written as changes to
+the main job's config as of commit 9c0e825: once the default takes the eighth setting, run the
+rest from a worktree at that commit (`git worktree add --detach DIR 9c0e825`).
 """
 
 from jaxrl_llm.sweeps import axis, concat, fixed, product
