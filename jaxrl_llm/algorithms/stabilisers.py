@@ -124,12 +124,23 @@ def validate_stabilisers(config: ml_collections.ConfigDict, *, vocab_size: int |
                 f"{math.log(vocab_size):.2f}) nats, the range of a token's entropy."
             )
         low, high = s.entropy_min_coef, s.entropy_max_coef
-        if not 0 < low <= config.loss.entropy_coef <= high or s.entropy_rate <= 0:
+        if s.entropy_rate <= 0:
             raise ValueError(
-                f"config.stabilise.entropy_target > 0 adapts config.loss.entropy_coef: it must "
-                f"start in [entropy_min_coef={low}, entropy_max_coef={high}] with "
-                f"entropy_min_coef > 0 (got {config.loss.entropy_coef}), and entropy_rate > 0 "
-                f"(got {s.entropy_rate})."
+                f"config.stabilise.entropy_rate={s.entropy_rate} must be > 0: how fast the "
+                "entropy weight adapts (the weight is multiplied by exp(rate x nats under the "
+                "target) each step; 0.5 is the default)."
+            )
+        if not 0 < low <= high:
+            raise ValueError(
+                f"config.stabilise.entropy_min_coef={low} and entropy_max_coef={high} bound the "
+                "adaptive entropy weight: set 0 < entropy_min_coef <= entropy_max_coef."
+            )
+        if not low <= config.loss.entropy_coef <= high:
+            raise ValueError(
+                f"config.loss.entropy_coef={config.loss.entropy_coef} is where the adaptive "
+                f"entropy weight starts (config.stabilise.entropy_target={s.entropy_target} > 0): "
+                f"it must start in [entropy_min_coef={low}, entropy_max_coef={high}]; set "
+                "config.loss.entropy_coef within it (or the bounds around it)."
             )
 
 

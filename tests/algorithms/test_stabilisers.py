@@ -68,7 +68,16 @@ def test_bad_stabiliser_settings_name_the_field():
         validate_stabilisers(config)
     config.loss.entropy_coef = 0.001
     config.stabilise.entropy_min_coef = 0.005  # a floor above the start
-    with pytest.raises(ValueError, match=r"start in \[entropy_min_coef=0.005, entropy_max_coef"):
+    with pytest.raises(
+        ValueError,
+        match=r"loss.entropy_coef=0.001 is where .* \[entropy_min_coef=0.005, entropy_max",
+    ):
+        validate_stabilisers(config)
+    config.stabilise.entropy_max_coef = 0.004  # bounds the wrong way round
+    with pytest.raises(ValueError, match=r"entropy_min_coef=0.005 and entropy_max_coef=0.004"):
+        validate_stabilisers(config)
+    config.stabilise.entropy_rate = 0.0
+    with pytest.raises(ValueError, match=r"config.stabilise.entropy_rate=0.0 must be > 0"):
         validate_stabilisers(config)
     config = config_for("grpo")
     config.stabilise.overlong = "soft"
