@@ -335,7 +335,9 @@ class _FillDiskAfter(hooks.Hook):
                 f.write(b"\0" * (free - self.leave))
 
 
-@pytest.mark.slow  # default coverage: the two tests above, with the disk's figures faked
+# Default coverage, with the disk faked: test_disk_full_when_saving_stops_with_the_intact_
+# checkpoint_named and test_disk_too_small_for_the_checkpoints_stops_the_run_before_its_first_step.
+@pytest.mark.slow
 def test_real_full_disk_then_more_space_resumes(small_filesystem, uninterrupted):
     path = "experiments/configs/grpo_tiny.py"
     workdir = small_filesystem / "run"
