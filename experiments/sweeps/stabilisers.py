@@ -120,11 +120,12 @@ SETTINGS = concat(
     ),
     # Added after the ninth setting's second run ended 4.0 points under its best: the drops are
     # made between steps 20 and 25 (a cosine rate has all but stopped the greedy policy after
-    # step 25: 0-1 answers of 200 change in nine of ten such runs), while the rate is still at
-    # half its peak or more, and the leading setting's two gcd seeds ended 3.0 and 3.5 under
-    # theirs. The leading setting at 2e-5: a third less movement at every step, the lever left
-    # that acts where the drops are made (its chain_sum seeds gained 28-36 points, room to
-    # give some up).
+    # step 25: 0-1 answers of 200 change in nine of ten such runs), by updates at 0.28-0.11 of
+    # the peak rate (this comment first said half or more: a miscount of the cosine), and the
+    # leading setting's two gcd seeds ended 3.0 and 3.5 under theirs. The leading setting at
+    # 2e-5: a third less movement at every step, the lever left that acts where the drops are
+    # made (its chain_sum seeds gained 28-36 points, room to give some up). Out on its first
+    # run (gcd seed 0: 6.5 under its best, the drop made between steps 15 and 20).
     fixed(
         {
             **DYNAMIC,
