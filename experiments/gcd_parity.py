@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 import ml_collections
 
+from jaxrl_llm.rewards.extraction import find_numbers
 from jaxrl_llm.runners.components import build_eval_sets
 
 
 def both_even(question: str) -> bool:
     """Whether the question's two numbers (the last two integers in its text) are even."""
-    first, second = (int(n) for n in re.findall(r"\d+", question)[-2:])
+    first, second = (int(n) for n in find_numbers(question)[-2:])
     return first % 2 == 0 and second % 2 == 0
 
 
@@ -43,11 +43,24 @@ def parity_row(evaluation: dict, even: list[bool]) -> dict[str, float]:
     }
 
 
+def held_out_line(references: list[str], even: list[bool]) -> str:
+    """What the held-out set itself offers a parity guess."""
+    two_is_gcd = sum(r == "2" and e for r, e in zip(references, even, strict=True))
+    parity_rule = sum(
+        (e and r == "2") or (not e and r == "1") for r, e in zip(references, even, strict=True)
+    )
+    return (
+        f"Of the {sum(even)} both-even questions the gcd is 2 on {two_is_gcd}; the parity rule "
+        f"(2 when both are even, else 1) would score {100 * parity_rule / len(even):.1f}%."
+    )
+
+
 def main(run_dirs: list[str]) -> None:
     print(
         '| run | step | held-out accuracy | "2" on both-even questions | "2" on the others '
         "(always wrong) | right on the others |\n| --- | ---: | ---: | ---: | ---: | ---: |"
     )
+    held_out_lines = set()  # one per distinct held-out set among the runs
     for run_dir in run_dirs:
         with open(os.path.join(run_dir, "config.json")) as f:
             config = ml_collections.ConfigDict(json.load(f))
@@ -68,14 +81,8 @@ def main(run_dirs: list[str]) -> None:
                 f"| {row['two_on_even']} / {row['n_even']} | {row['two_on_odd']} / {row['n_odd']} "
                 f"| {row['right_on_odd']} / {row['n_odd']} |"
             )
-    two_is_gcd = sum(r == "2" and e for r, e in zip(references, even, strict=True))
-    parity_rule = sum(
-        (e and r == "2") or (not e and r == "1") for r, e in zip(references, even, strict=True)
-    )
-    print(
-        f"\nOf the {sum(even)} both-even questions the gcd is 2 on {two_is_gcd}; the parity rule "
-        f"(2 when both are even, else 1) would score {100 * parity_rule / len(even):.1f}%."
-    )
+        held_out_lines.add(held_out_line(references, even))
+    print("", *sorted(held_out_lines), sep="\n")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ adding one entry to `RUNS`.
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import textwrap
@@ -330,7 +331,7 @@ class _FillDiskAfter(hooks.Hook):
 
     def on_step(self, run, record):
         if record.step == self.step:
-            free = checkpoint.shutil.disk_usage(os.path.dirname(self.filler)).free
+            free = shutil.disk_usage(os.path.dirname(self.filler)).free
             with open(self.filler, "wb") as f:  # written, not sparse: tmpfs counts the pages
                 f.write(b"\0" * (free - self.leave))
 
