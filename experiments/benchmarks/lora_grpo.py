@@ -22,7 +22,8 @@ import subprocess
 import sys
 import time
 
-CONFIG = "experiments/configs/grpo_smollm2.py"
+# The main job before its "stable" recipe, which RESULTS.md's LoRA figures were measured with.
+CONFIG = "experiments/configs/grpo_smollm2.py:plain"
 
 
 def run(workdir: str, time_s: int, flags: list[str]) -> dict:

@@ -8,7 +8,10 @@ of its own, until its held-out greedy accuracy reaches `--target` or its trainin
              overrides): model, task, prompts per step, group size, temperature, most new
              tokens, learning rate and schedule, AdamW betas, clip range, KL weight, loss
              aggregation, reward. TRL's `GRPOConfig` is derived from it (`trl_arguments`); a
-             field TRL cannot mirror (dynamic sampling, an entropy bonus, ...) is refused.
+             field TRL cannot mirror (dynamic sampling, an entropy bonus, ...) is refused,
+             or with `--trl-nearest` given TRL's nearest counterpart (`trl_nearest`: none for
+             dynamic sampling, its Skywork-OR1 control for an adaptive entropy weight), each
+             difference printed with the result. The main job's "stable" recipe needs it.
   weights    the config's initial policy exported once by `save_hf` (float32 safetensors);
              both sides load that directory.
   prompts    our sampler's training pool in our batcher's order; TRL gets the same rendered
@@ -33,7 +36,7 @@ peak memory includes our evaluator's model (about 0.5 GB), which shares its proc
 The ratio. The level is `--target` when TRL reached it, else TRL's final held-out accuracy; the
 ratio is our time to reach the level over TRL's time to reach it (issue 42 asks for <= 1/3).
 
-    python experiments/benchmarks/time_to_accuracy.py --cap-min 60 --target 0.25
+    python experiments/benchmarks/time_to_accuracy.py --cap-min 60 --target 0.35 --trl-nearest
     python experiments/benchmarks/time_to_accuracy.py --skip-trl --cap-min 6     # ours only
 
 The figure (accuracy against wall minutes, one line per side) goes to `--out`.png and the curves
@@ -265,18 +268,25 @@ def run_ours(config, export_dir: str, race: Race, workdir: str) -> Curve:
     return curve
 
 
-def trl_arguments(config, *, max_steps: int, output_dir: str) -> dict:
+def trl_arguments(config, *, max_steps: int, output_dir: str, nearest: bool = False) -> dict:
     """`trl.GRPOConfig` keyword arguments mirroring the run config.
+
+    With `nearest`, the recipe's fields TRL has no exact twin for take TRL's nearest counterpart
+    (`trl_nearest`) instead of being refused.
 
     Raises:
       ValueError: naming a config field TRL's GRPOTrainer cannot mirror, and the fix.
     """
     loss, stabilise = config.loss, config.stabilise
+    near_args, _ = trl_nearest(config) if nearest else ({}, [])
     refused = {
         "config.algorithm": (config.algorithm != "grpo", "'grpo'"),
         "config.loss.advantage": (loss.advantage != "grpo", "'grpo'"),
         "config.loss.agg": (loss.agg not in TRL_LOSS_TYPES, f"one of {sorted(TRL_LOSS_TYPES)}"),
-        "config.loss.entropy_coef": (loss.entropy_coef != 0, "0 (TRL has no entropy bonus)"),
+        "config.loss.entropy_coef": (
+            loss.entropy_coef != 0 and not nearest,
+            "0, or pass --trl-nearest (TRL's own entropy bonus)",
+        ),
         "config.loss.kl_estimator": (
             loss.kl_beta > 0 and loss.kl_estimator != "k3",
             "'k3' (TRL's KL estimator)",
@@ -287,9 +297,15 @@ def trl_arguments(config, *, max_steps: int, output_dir: str) -> dict:
             config.optimizer.schedule not in TRL_SCHEDULERS,
             f"one of {sorted(TRL_SCHEDULERS)}",
         ),
-        "config.stabilise.dynamic_sampling": (stabilise.dynamic_sampling, "False"),
+        "config.stabilise.dynamic_sampling": (
+            stabilise.dynamic_sampling and not nearest,
+            "False, or pass --trl-nearest (TRL then trains on tied groups too)",
+        ),
         "config.stabilise.overlong": (stabilise.overlong == "soft", "'none' or 'filter'"),
-        "config.stabilise.entropy_target": (stabilise.entropy_target != 0, "0"),
+        "config.stabilise.entropy_target": (
+            stabilise.entropy_target != 0 and not nearest,
+            "0, or pass --trl-nearest (TRL's Skywork-OR1 adaptive entropy)",
+        ),
         "config.off_policy.correction": (config.off_policy.correction != "none", "'none'"),
         "config.async_rl.enabled": (config.async_rl.enabled, "False"),
         "config.env.name": (bool(config.env.name), "'' (single-turn prompts)"),
@@ -330,7 +346,50 @@ def trl_arguments(config, *, max_steps: int, output_dir: str) -> dict:
         use_cpu=True,
         bf16=False,
         seed=config.seed,
+        **near_args,
     )
+
+
+def trl_nearest(config) -> tuple[dict, list[str]]:
+    """TRL's nearest counterparts of the recipe's fields it has no exact twin for: (GRPOConfig
+    keyword arguments, one line per difference, to be printed beside the result).
+
+    - Dynamic sampling (DAPO sec. 3.2): TRL has none; it trains on every group, tied ones
+      included (they carry no gradient under group advantages). Our resampling rounds are
+      extra rollouts on our clock.
+    - The entropy bonus: TRL's `entropy_coef` (the mean per-token entropy, as ours under
+      token-mean aggregation). An adaptive one (`stabilise.entropy_target`) becomes TRL's
+      adaptive entropy control (Skywork-OR1, arXiv:2505.22312): the same target, start, floor
+      and ceiling, but its weight moves by +-`entropy_coef_delta` (here the floor) a step and
+      counts only while entropy is at or under the target, where ours moves log(weight) by
+      `entropy_rate` x the gap (SAC's rule) and always counts.
+    """
+    stabilise, loss = config.stabilise, config.loss
+    args, differences = {}, []
+    if stabilise.dynamic_sampling:
+        differences.append(
+            "dynamic sampling: ours resamples tied groups (at most "
+            f"{stabilise.max_sampling_rounds} rollout rounds a step); TRL has none and trains "
+            "on tied groups too"
+        )
+    if loss.entropy_coef:
+        args["entropy_coef"] = loss.entropy_coef
+    if stabilise.entropy_target:
+        args.update(
+            use_adaptive_entropy=True,
+            entropy_target=stabilise.entropy_target,
+            entropy_coef_min=stabilise.entropy_min_coef,
+            entropy_coef_max=stabilise.entropy_max_coef,
+            entropy_coef_delta=stabilise.entropy_min_coef,
+        )
+        differences.append(
+            f"entropy weight: ours x exp({stabilise.entropy_rate:g} x (target - entropy)) a "
+            f"step, always applied; TRL's +-{stabilise.entropy_min_coef:g} a step, applied only "
+            f"at or under the target (both: target {stabilise.entropy_target:g} nats, weight "
+            f"from {loss.entropy_coef:g} in [{stabilise.entropy_min_coef:g}, "
+            f"{stabilise.entropy_max_coef:g}])"
+        )
+    return args, differences
 
 
 def training_prompts(config, tokenizer, steps: int) -> tuple[list, list[str]]:
@@ -397,8 +456,9 @@ def copy_torch_weights(policy, model) -> None:
     assign_hf_tensors(model, tensors, source="TRL's policy")
 
 
-def run_trl(config, export_dir: str, race: Race, workdir: str) -> Curve:
-    """TRL's GRPOTrainer on the same recipe; its policy is evaluated by our evaluator."""
+def run_trl(config, export_dir: str, race: Race, workdir: str, *, nearest: bool = False) -> Curve:
+    """TRL's GRPOTrainer on the same recipe (`nearest`: `trl_arguments`); its policy is
+    evaluated by our evaluator."""
     import datasets
     import torch
     import transformers
@@ -443,10 +503,11 @@ def run_trl(config, export_dir: str, race: Race, workdir: str) -> Curve:
                 control.should_training_stop = True
             return control
 
+    arguments = trl_arguments(config, max_steps=race.max_steps, output_dir=workdir, nearest=nearest)
     trainer = GRPOTrainer(
         model=policy,
         reward_funcs=task_reward,
-        args=GRPOConfig(**trl_arguments(config, max_steps=race.max_steps, output_dir=workdir)),
+        args=GRPOConfig(**arguments),
         train_dataset=dataset,
         processing_class=transformers.AutoTokenizer.from_pretrained(export_dir),
         callbacks=[AccuracyCurveCallback()],
@@ -546,6 +607,8 @@ def run_side(args, race: Race) -> None:
         from time_to_accuracy_tunix import run_tunix
 
         side = functools.partial(run_tunix, tunix_python=args.tunix_python)
+    elif args.side == "trl":
+        side = functools.partial(run_trl, nearest=args.trl_nearest)
     else:
         side = SIDES[args.side]
     with tempfile.TemporaryDirectory() as workdir:
@@ -577,12 +640,18 @@ def main():
         "--target",
         type=float,
         default=0.25,
-        help="held-out accuracy to reach (the main job's mean goes 9.0%% -> 28.8%%, README)",
+        help="held-out accuracy to reach (the main job goes 9.0%% -> 40.5%% over 3 seeds, README)",
     )
     parser.add_argument("--cap-min", type=float, default=60.0, help="training minutes per side")
     parser.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
     parser.add_argument("--max-steps", type=int, default=1000, help="most steps per side")
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument(
+        "--trl-nearest",
+        action="store_true",
+        help="give TRL its nearest counterpart of a field it has no twin for (dynamic sampling: "
+        "none; an adaptive entropy weight: its Skywork-OR1 control), the differences printed",
+    )
     parser.add_argument("--skip-ours", action="store_true")
     parser.add_argument("--tunix-python", help="a Python with google-tunix: adds Tunix")
     parser.add_argument("--out", default="time_to_accuracy", help="writes OUT.png and OUT.json")
@@ -598,8 +667,14 @@ def main():
 
     print(benchmark_header("time_to_accuracy.py"), flush=True)
     print("# command: python " + " ".join(sys.argv), flush=True)
-    race_config(args.config, _overrides(args.set), race)  # a bad config fails here, not later
+    config = race_config(args.config, _overrides(args.set), race)  # a bad config fails here
     skipped = {"ours": args.skip_ours, "trl": args.skip_trl, "tunix": not args.tunix_python}
+    differences = []
+    if not args.skip_trl:
+        trl_arguments(config, max_steps=race.max_steps, output_dir="", nearest=args.trl_nearest)
+        differences = trl_nearest(config)[1] if args.trl_nearest else []
+        for line in differences:
+            print(f"# TRL's side differs: {line}", flush=True)
     sides = [side for side in SYSTEMS if not skipped[side]]
     curves = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -622,6 +697,9 @@ def main():
         f"its own process, one after the other; load average at the end {load:.1f}"
     )
     print("\n".join(report(curves, race)))
+    if differences:
+        print("\nWhere TRL's side differs from the recipe (--trl-nearest):")
+        print("\n".join(f"- {line}" for line in differences))
     with open(args.out + ".json", "w") as f:
         json.dump({name: dataclasses.asdict(c) for name, c in curves.items()}, f, indent=1)
     plot(curves, race, args.out + ".png")

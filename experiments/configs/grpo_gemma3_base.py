@@ -1,5 +1,6 @@
-"""GRPO from Gemma 3 270M, the pretrained base model (issue 42, item 4): the main job's recipe with
-what a base model needs changed.
+"""GRPO from Gemma 3 270M, the pretrained base model (issue 42, item 4): the main job's config as
+it was before its "stable" recipe (`grpo_smollm2.py:plain`, the library's defaults), with what a
+base model needs changed; the runs of docs/gemma3.md were made with it.
 
     python -m jaxrl_llm.main --config experiments/configs/grpo_gemma3_base.py \\
         --workdir runs/gemma3_base
@@ -31,7 +32,7 @@ from jaxrl_llm.config_files import sibling_config
 
 
 def get_config():
-    config = sibling_config(__file__, "grpo_smollm2.py")
+    config = sibling_config(__file__, "grpo_smollm2.py", "plain")
     with config.unlocked():
         config.model.name = "gemma3-270m"
         config.task.name = "basic_arithmetic"

@@ -6,8 +6,10 @@ learner versions old, whatever the threads' timing, so held-out accuracy at equa
 compares the corrections alone. Staleness 0 is the synchronous runner (same numbers, tested).
 Trials are ordered by what the table needs first; one at a time, about 10 minutes each on a
 2-core CPU:
-  python -m jaxrl_llm.launch --config experiments/configs/grpo_smollm2.py \
+  python -m jaxrl_llm.launch --config experiments/configs/grpo_smollm2.py:plain \
       --sweep experiments/sweeps/async_staleness.py --sweep_dir runs/async_staleness
+`:plain`: the main job without the "stable" recipe it took on 2026-11-28 (jaxrl_llm.recipes);
+these runs predate it.
 """
 
 from jaxrl_llm.sweeps import axis, concat, fixed, product

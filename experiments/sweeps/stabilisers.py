@@ -7,7 +7,7 @@ by setting (its chain_sum seeds, then its gcd seeds), a setting's remaining tria
 one of its runs ends more than 3 points below its own best or keeps less than a third of its
 first sampled entropy (it can no longer be chosen):
 
-  python -m jaxrl_llm.launch --config experiments/configs/grpo_smollm2.py \
+  python -m jaxrl_llm.launch --config experiments/configs/grpo_smollm2.py:plain \
       --sweep experiments/sweeps/stabilisers.py --seeds 0,1,2 --set eval.every=5 \
       --sweep_dir runs/seeds/stabilisers --parallel 1 --prune_drop 3 --prune_entropy 0.333
   python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
@@ -32,9 +32,9 @@ seeds before its chain_sum ones (gcd put the leading setting out):
 `--only 45,46,47,44,57,58,59,54,55,56,21,22,23,19,20,39,40,41,37,38`. The eighth setting's six
 runs all ended within the drop rule (2026-11-28), the first setting to qualify; after trial 057
 the transfer table runs with it (docs/recipe.md), then `--only
-57,58,59,54,55,56,21,22,23,19,20,39,40,41,37,38`. Every setting here is written as changes to
-the main job's config as of commit 9c0e825: once the default takes the eighth setting, run the
-rest from a worktree at that commit (`git worktree add --detach DIR 9c0e825`).
+57,58,59,54,55,56,21,22,23,19,20,39,40,41,37,38`. The eighth setting became the main job's
+recipe ("stable", jaxrl_llm.recipes); every setting here is written as changes to the main job's
+config before it, which `grpo_smollm2.py:plain` gives (the same config as at commit 9c0e825).
 """
 
 from jaxrl_llm.sweeps import axis, concat, fixed, product

@@ -83,11 +83,14 @@ def test_plot_writes_a_png(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_trl_arguments_mirror_the_default_recipe():
+PLAIN_CONFIG = tta.DEFAULT_CONFIG + ":plain"  # the main job without its "stable" recipe
+
+
+def test_trl_arguments_mirror_the_plain_recipe():
     from jaxrl_llm.config import apply_overrides
 
     race = tta.Race(0.35, 60.0, 5, 30)
-    config = tta.race_config(tta.DEFAULT_CONFIG, {}, race)
+    config = tta.race_config(PLAIN_CONFIG, {}, race)
     args = tta.trl_arguments(config, max_steps=30, output_dir="out")
     expected = dict(
         per_device_train_batch_size=32,
@@ -110,6 +113,33 @@ def test_trl_arguments_mirror_the_default_recipe():
     apply_overrides(config, {"stabilise.dynamic_sampling": True})
     with pytest.raises(ValueError, match=r"config\.stabilise\.dynamic_sampling .* set it to False"):
         tta.trl_arguments(config, max_steps=30, output_dir="out")
+
+
+def test_trl_nearest_gives_the_stable_recipe_trls_counterparts():
+    race = tta.Race(0.35, 60.0, 5, 30)
+    config = tta.race_config(tta.DEFAULT_CONFIG, {}, race)  # the main job: "stable"
+    with pytest.raises(ValueError, match=r"config\.loss\.entropy_coef .* --trl-nearest"):
+        tta.trl_arguments(config, max_steps=30, output_dir="out")
+    args = tta.trl_arguments(config, max_steps=30, output_dir="out", nearest=True)
+    expected = dict(
+        temperature=1.0,
+        beta=0.04,
+        lr_scheduler_type="cosine",
+        warmup_steps=2,
+        entropy_coef=0.005,
+        use_adaptive_entropy=True,
+        entropy_target=0.7,
+        entropy_coef_min=0.005,
+        entropy_coef_max=0.05,
+        entropy_coef_delta=0.005,
+    )
+    assert {k: args[k] for k in expected} == expected
+    differences = tta.trl_nearest(config)[1]
+    assert len(differences) == 2
+    assert differences[0].startswith("dynamic sampling: ours resamples tied groups (at most 3")
+    assert "always applied; TRL's +-0.005 a step" in differences[1]
+    trl = pytest.importorskip("trl")
+    trl.GRPOConfig(**args)  # TRL takes every keyword (its version has them)
 
 
 def test_peers_get_our_prompts_in_our_order_and_our_reward():
@@ -237,7 +267,7 @@ def test_tunix_recipe_mirrors_ours_and_refuses_a_reference(tunix_side):
     from jaxrl_llm.config import apply_overrides
 
     race = tta.Race(0.25, 60.0, 5, 30)
-    config = tta.race_config(tta.DEFAULT_CONFIG, {}, race)
+    config = tta.race_config(PLAIN_CONFIG, {}, race)
     recipe = tunix_side.tunix_recipe(config, race)
     assert {k: recipe[k] for k in ("prompts", "group", "epsilon_high", "loss_agg_mode")} == {
         "prompts": 8,
