@@ -151,6 +151,9 @@ def test_trl_nearest_gives_the_stable_recipe_trls_counterparts():
         entropy_coef_delta=0.005,
     )
     assert {k: args[k] for k in expected} == expected
+    # the race's default length is the recipe's, so its cosine decays as in the recipe
+    assert tta.recipe_steps(tta.DEFAULT_CONFIG, {}) == 30
+    assert tta.recipe_steps(tta.DEFAULT_CONFIG, {"train.num_steps": 12}) == 12
     differences = tta.trl_nearest(config)[1]
     assert len(differences) == 2
     assert differences[0].startswith("dynamic sampling: ours resamples tied groups (at most 3")
