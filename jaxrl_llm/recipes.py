@@ -43,6 +43,8 @@ from typing import Any
 
 import ml_collections
 
+from jaxrl_llm.config import apply_overrides
+
 __all__ = ["RECIPES", "STABLE_GRPO", "apply_recipe"]
 
 STABLE_GRPO: Mapping[str, Any] = MappingProxyType(
@@ -73,8 +75,6 @@ def apply_recipe(config: ml_collections.ConfigDict, name: str) -> ml_collections
       ValueError: an unknown recipe name, listing the known ones.
       KeyError: a recipe field the config lacks (`jaxrl_llm.config.apply_overrides`).
     """
-    from jaxrl_llm.config import apply_overrides
-
     if name not in RECIPES:
         raise ValueError(f"Unknown recipe {name!r}: choose one of {sorted(RECIPES)}.")
     return apply_overrides(config, dict(RECIPES[name]))
