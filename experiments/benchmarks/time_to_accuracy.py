@@ -700,7 +700,7 @@ def main():
     parser.add_argument("--side", choices=["export", *SYSTEMS], help=argparse.SUPPRESS)
     parser.add_argument("--export-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.max_steps is None:
+    if args.max_steps is None:  # the children are given the resolved value
         args.max_steps = recipe_steps(args.config, _overrides(args.set))
     race = Race(args.target, 60 * args.cap_min, args.eval_every, args.max_steps)
     if args.side:
@@ -724,7 +724,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         export_dir = os.path.join(tmp, "export")
         child = [sys.executable, os.path.abspath(__file__), *sys.argv[1:]]
-        child += ["--export-dir", export_dir, "--side"]
+        child += ["--max-steps", str(race.max_steps), "--export-dir", export_dir, "--side"]
         if run_for_result(child + ["export"], "SYSTEM_RESULT", "export") is None:
             raise SystemExit("exporting the initial policy failed")
         for side in sides:
