@@ -151,6 +151,11 @@ def base_config() -> ml_collections.ConfigDict:
     # as MaxText's compiled_trainstep_file. Minibatches of other shapes compile their own step
     # (summary.json's "planned_step" counts both). "": compile here.
     c.train.planned_step = ""
+    # Resume a workdir whose checkpoints were written under other values of fields that shape
+    # training (rate, rollout, loss, rewards, stabilisers, seed; `runners.lifecycle` lists the
+    # fields free to change, such as evaluation and checkpoint cadence). False: such a resume
+    # is refused, naming the fields, since it would continue the old run as if it were new.
+    c.train.resume_with_changes = False
 
     c.eval = ml_collections.ConfigDict()
     # Greedy held-out accuracy before the first and after the last step.

@@ -46,6 +46,10 @@ under the table.
     python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
         --min_entropy_ratio 0.333 --out docs/reports/stabilisers
 
+`--start_from RUN` takes every run's "before" (step 0) from RUN's first evaluation, for a recipe
+with a stage before RL (an SFT warm-up): the gain then counts that stage
+(`jaxrl_llm.report_start`).
+
 `--keep_records DIR` copies each reported run's records (`RECORD_FILES`: the whole input of the
 report, tens of kB a run, no checkpoints or samples) to `DIR/<label>/<run name>` for a
 `LABEL=DIRS` group and `DIR/<sweep directory name>/<run name>` otherwise, so the report can be
@@ -85,6 +89,7 @@ from jaxrl_llm.report_rules import (
     sampled_entropy,
     with_added_keys,
 )
+from jaxrl_llm.report_start import held_out_of, with_start
 
 __all__ = [
     "Group", "Run", "choice_markdown", "collect_groups", "copy_records", "family_confidence",
@@ -375,13 +380,8 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
     }
 
 
-# What picks a run's held-out questions (`jaxrl_llm.data.split`, `build_eval_sets`).
-HELD_OUT_KEYS = ("task.name", "task.eval_size", "task.eval_seed", "task.held_out_fraction")
-
-
 def _held_out_of(row: Mapping[str, Any]) -> dict[str, Any]:
-    config = row["runs"][0].config
-    return {k: v for k, v in config.items() if k in HELD_OUT_KEYS or k.startswith("task.kwargs.")}
+    return held_out_of(row["runs"][0].config)
 
 
 def compare(
@@ -644,6 +644,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sampled entropy (issue 42's done-when: 0.333)",
     )
     parser.add_argument(
+        "--start_from",
+        metavar="RUN",
+        help="every run's 'before' is RUN's step-0 evaluation (a recipe with a stage before "
+        "RL: the gain then counts it); same held-out questions required",
+    )
+    parser.add_argument(
         "--keep_records",
         metavar="DIR",
         help="copy the runs' records (config, summary, metrics, held-out answers) under DIR",
@@ -654,6 +660,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         groups = collect_groups(args.paths)
+        start = load_run(args.start_from) if args.start_from else None
+        if start is not None:
+            groups = with_start(groups, start)
         rows = [summarize(g, num_resamples=args.resamples) for g in groups]
         diffs = compare(rows, args.against, num_resamples=args.resamples) if args.against else []
         family_diffs = (
@@ -671,6 +680,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     text = markdown(rows, command=command)
+    if start is not None:
+        text += (
+            f"\nBefore is step 0 of {args.start_from} (model {start.config.get('model.name')}) "
+            "for every group: the gain counts what came before the runs' own start.\n"
+        )
     if args.against:
         text += comparison_markdown(args.against, diffs, family_diffs)
     if args.choose_across:

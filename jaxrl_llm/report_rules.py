@@ -35,6 +35,9 @@ IGNORED_KEYS = ("seed", "train.checkpoint_every", "train.keep_checkpoints")
 ADDED_KEYS = {
     # the entropy controller's floor, fixed at 1e-6 before it became a field (2026-11-27)
     "stabilise.entropy_min_coef": ("stabilise.entropy_max_coef", 1e-6),
+    # the flag that allows resuming under changed training fields (2026-11-28); older runs were
+    # resumed, where at all, by their own sweep command
+    "train.resume_with_changes": ("train.num_steps", False),
 }
 
 

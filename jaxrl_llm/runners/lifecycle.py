@@ -1,6 +1,7 @@
 """What a run's life needs besides its steps: which metrics may differ between two runs of one
 seed, stopping on SIGTERM after the current step, and refusing to resume another run's
-checkpoints.
+checkpoints (another task, model or algorithm, or other values of the fields that shape
+training).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import ml_collections
 from jaxrl_llm.data.presets import resolve_task
 from jaxrl_llm.runners.staleness import checkpoint_slots
 
-__all__ = ["TIME_KEYS", "StopSignal", "check_resumable", "is_process_dependent"]
+__all__ = [
+    "FREE_ON_RESUME",
+    "TIME_KEYS",
+    "StopSignal",
+    "changed_fields",
+    "check_resumable",
+    "is_process_dependent",
+]
 
 # Metrics that depend on the process, not on the run's seed. Every timing is under "time/"
 # (phases, evaluation, weight syncs, the asynchronous runner's idle times, whether this step
@@ -93,16 +101,90 @@ def _run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# Fields a resumed run may change: how it is evaluated, checkpointed, logged, timed, placed and
+# executed, and how long it runs, not what it learns from. An entry ending in "." covers a
+# section, one starting with "*" every field that ends so. Any other field that differs from the run that wrote the checkpoints is a change of
+# the run itself (its rate, rollout, loss, rewards, stabilisers or seed) and is refused unless
+# config.train.resume_with_changes is set.
+FREE_ON_RESUME = (
+    "eval.",
+    "placement.",
+    "train.num_steps",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.sample_every",
+    "train.max_time_s",
+    "train.max_consecutive_nonfinite",
+    "train.remat",
+    "train.planned_step",
+    "train.pack_sequences",
+    "train.pack_row_multiple",
+    "train.pack_width",
+    "train.resume_with_changes",
+    "rollout.min_prompt_bucket",
+    "rollout.compaction",
+    "rollout.prefix_sharing",
+    "rollout.decode_batch",
+    "rollout.forward_batch",
+    "rollout.decode_attention",
+    "async_rl.timeout_s",
+    "async_rl.transfer_host",
+    "*.eval_every",  # a stage section's evaluation cadence (sft.eval_every, ...)
+    # compared by `_run_identity`, with presets resolved
+    "task.name",
+    "task.kwargs",
+    "model.name",
+    "model.init",
+    "algorithm",
+)
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a.b.c": leaf} for a nested config dict (an empty dict is a leaf)."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def changed_fields(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """The dotted fields, present in both configs (JSON dicts) and not in `FREE_ON_RESUME`,
+    whose values differ. A field only one config has is not compared: a config saved before
+    the field existed ran with the behaviour its default keeps."""
+    saved_flat, current_flat = _flat(saved), _flat(current)
+    return [
+        field
+        for field, value in current_flat.items()
+        if field in saved_flat and saved_flat[field] != value and not _free_on_resume(field)
+    ]
+
+
+def _free_on_resume(field: str) -> bool:
+    for free in FREE_ON_RESUME:
+        if free.startswith("*"):
+            if field.endswith(free[1:]):
+                return True
+        elif field.startswith(free) if free.endswith(".") else field == free:
+            return True
+    return False
+
+
 def check_resumable(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Raises ValueError when `workdir` holds checkpoints of a run on another task, model or
-    algorithm (resuming would silently continue that run)."""
+    """Raises ValueError when `workdir` holds checkpoints of another run: another task, model or
+    algorithm always; other values of the fields that shape training (everything outside
+    `FREE_ON_RESUME`) unless `config.train.resume_with_changes`. Resuming would silently
+    continue that run under this run's name."""
     saved_path = os.path.join(workdir, "config.json")
     checkpoints = os.path.join(workdir, "checkpoints")
     if not (os.path.isfile(saved_path) and os.path.isdir(checkpoints) and os.listdir(checkpoints)):
         return
     with open(saved_path) as f:
-        saved = _run_identity(json.load(f))
-    current = _run_identity(json.loads(config.to_json_best_effort()))
+        saved_config = json.load(f)
+    current_config = json.loads(config.to_json_best_effort())
+    saved, current = _run_identity(saved_config), _run_identity(current_config)
     for field, value in saved.items():
         if value != current[field]:
             raise ValueError(
@@ -110,3 +192,16 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str) -> None:
                 f"{current[field]}; resuming would continue that run. Give another --workdir "
                 "(scripts/main.sh names it after config.task.name) or delete this one."
             )
+    if config.train.get("resume_with_changes", False):
+        return
+    changed = changed_fields(saved_config, current_config)
+    if changed:
+        saved_flat, current_flat = _flat(saved_config), _flat(current_config)
+        shown = "; ".join(f"{k}: {saved_flat[k]!r} -> {current_flat[k]!r}" for k in changed[:8])
+        more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
+        raise ValueError(
+            f"{workdir!r} holds checkpoints of a run with other training settings: {shown}"
+            f"{more}. Resuming would continue that run as if it were this one. Give another "
+            "--workdir or delete this one; to continue it under the new settings on purpose, "
+            "set --config.train.resume_with_changes=true."
+        )

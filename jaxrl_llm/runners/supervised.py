@@ -37,6 +37,7 @@ import tqdm
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like, saves_left
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.roles import Learner
+from jaxrl_llm.runners.lifecycle import check_resumable
 
 __all__ = [
     "StageRun",
@@ -255,8 +256,10 @@ def save_scalar_head(run: StageRun, directory: str) -> None:
 
 
 def write_config(config, workdir: str) -> None:
-    """Creates `workdir` and writes the stage's `config.json` there."""
+    """Creates `workdir` and writes the stage's `config.json` there, after refusing a workdir
+    whose checkpoints another run wrote (`lifecycle.check_resumable`)."""
     os.makedirs(workdir, exist_ok=True)
+    check_resumable(config, workdir)
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from jaxrl_llm import report, report_choice, report_rules, sweeps
+from jaxrl_llm import report, report_choice, report_rules, report_start, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
@@ -363,3 +363,36 @@ def test_an_older_run_without_a_later_key_joins_its_setting(tmp_path):
     groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
     assert sorted(len(g.runs) for g in groups) == [1, 3]
     assert report_rules.with_added_keys({"task.name": "gcd"}) == {"task.name": "gcd"}
+
+
+def test_an_older_run_without_the_resume_flag_joins_its_setting(tmp_path):
+    for seed in range(3):
+        train = {"num_steps": 30}
+        if seed == 2:  # recorded after train.resume_with_changes became a field
+            train["resume_with_changes"] = False
+        make_run(tmp_path / "s" / f"r{seed}", seed=seed, sections={"train": train})
+    groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
+    assert [len(g.runs) for g in groups] == [3]
+
+
+def test_start_from_counts_the_gain_from_an_earlier_stage(tmp_path, capsys):
+    # RL runs from an SFT policy (its step 0: 40%), the base model's step 0: 10%
+    runs = [make_run(tmp_path / "rl" / f"r{s}", seed=s, before=0.4, after=0.5) for s in range(3)]
+    base = make_run(tmp_path / "base", seed=0, before=0.1, after=0.12, steps=1,
+                    sections={"model": {"name": "gemma3-270m"}})  # fmt: skip
+    (own,) = [report.summarize(g, num_resamples=200) for g in report.collect_groups(runs)]
+    assert own["gain"].mean == pytest.approx(0.1)
+    groups = report_start.with_start(report.collect_groups(runs), report.load_run(base))
+    (counted,) = [report.summarize(g, num_resamples=200) for g in groups]
+    assert counted["before"].mean == pytest.approx(0.1)
+    assert counted["gain"].mean == pytest.approx(0.4) and counted["gain"].excludes_zero()
+    assert report.main([*runs, "--start_from", base, "--resamples", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "| 10.0 [" in text and "Before is step 0 of" in text and "gemma3-270m" in text
+    # another task's questions, or a start run that kept none, are refused naming the fix
+    other = make_run(tmp_path / "gcd", seed=0, task="gcd", before=0.1, steps=1)
+    with pytest.raises(ValueError, match="task.name differ.*same task and eval set"):
+        report_start.with_start(report.collect_groups(runs), report.load_run(other))
+    os.remove(os.path.join(base, "eval_questions.jsonl"))
+    assert report.main([*runs, "--start_from", base]) == 2
+    assert "no per-question evaluation at step 0" in capsys.readouterr().err
