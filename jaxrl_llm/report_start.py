@@ -8,7 +8,7 @@ step 0, for example a one-step run of the same RL config from the base model, so
 report's "before" is the base model and its gain, still paired by question, counts the whole
 recipe:
 
-    python -m jaxrl_llm.report runs/seeds/gemma3_sft_grpo_t1 --start_from runs/gemma3_base_eval
+    python -m jaxrl_llm.report runs/seeds/gemma3_sft_grpo_t1 --start_from runs/gemma3_base_start
 """
 
 from __future__ import annotations

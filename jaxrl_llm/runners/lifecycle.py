@@ -103,9 +103,9 @@ def _run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
 
 # Fields a resumed run may change: how it is evaluated, checkpointed, logged, timed, placed and
 # executed, and how long it runs, not what it learns from. An entry ending in "." covers a
-# section, one starting with "*" every field that ends so. Any other field that differs from the run that wrote the checkpoints is a change of
-# the run itself (its rate, rollout, loss, rewards, stabilisers or seed) and is refused unless
-# config.train.resume_with_changes is set.
+# section, one starting with "*" every field that ends so. Any other field that differs from
+# the run that wrote the checkpoints is a change of the run itself (its rate, rollout, loss,
+# rewards, stabilisers or seed) and is refused unless config.train.resume_with_changes is set.
 FREE_ON_RESUME = (
     "eval.",
     "placement.",
