@@ -492,6 +492,18 @@ def _check_sections(config, spec) -> None:
             )
 
 
+def flat_dict(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} of a nested dict such as a saved config.json (lists become tuples, so
+    values compare and hash; an empty section has no entry)."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_dict(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return flat
+
+
 def _flatten(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
     keys = []
     for key, value in config.items():

@@ -75,6 +75,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxrl_llm.config import flat_dict
 from jaxrl_llm.evals.hacks import EvalAnswers, find_hacks
 from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
 from jaxrl_llm.metrics import read_eval_rows, read_metrics
@@ -142,17 +143,6 @@ class Group(NamedTuple):
     explicit: bool = False
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a.b": value} of a nested dict (lists become tuples, so values compare and hash)."""
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
-    return flat
-
-
 def load_run(workdir: str) -> Run:
     """Reads a finished run.
 
@@ -172,7 +162,7 @@ def load_run(workdir: str) -> Run:
     with open(summary_path) as f:
         summary = json.load(f)
     with open(config_path) as f:
-        config = with_added_keys(flatten(json.load(f)))
+        config = with_added_keys(flat_dict(json.load(f)))
     task = config.get("task.name")
     metrics = read_metrics(workdir)
     curve = held_out_curve(metrics)

@@ -15,6 +15,7 @@ from typing import Any
 
 import ml_collections
 
+from jaxrl_llm.config import flat_dict
 from jaxrl_llm.data.presets import resolve_task
 from jaxrl_llm.runners.staleness import checkpoint_slots
 
@@ -139,27 +140,16 @@ FREE_ON_RESUME = (
 )
 
 
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a.b.c": leaf} for a nested config dict (an empty dict is a leaf)."""
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and value:
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def changed_fields(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """The dotted fields, present in both configs (JSON dicts) and not in `FREE_ON_RESUME`,
-    whose values differ. A field only one config has is not compared: a config saved before
-    the field existed ran with the behaviour its default keeps."""
-    saved_flat, current_flat = _flat(saved), _flat(current)
-    return [
-        field
+def changed_fields(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple]:
+    """{dotted field: (saved value, current value)} of the fields present in both configs (JSON
+    dicts), not in `FREE_ON_RESUME`, whose values differ. A field only one config has is not
+    compared: a config saved before the field existed ran with the behaviour its default keeps."""
+    saved_flat, current_flat = flat_dict(saved), flat_dict(current)
+    return {
+        field: (saved_flat[field], value)
         for field, value in current_flat.items()
         if field in saved_flat and saved_flat[field] != value and not _free_on_resume(field)
-    ]
+    }
 
 
 def _free_on_resume(field: str) -> bool:
@@ -196,8 +186,7 @@ def check_resumable(config: ml_collections.ConfigDict, workdir: str) -> None:
         return
     changed = changed_fields(saved_config, current_config)
     if changed:
-        saved_flat, current_flat = _flat(saved_config), _flat(current_config)
-        shown = "; ".join(f"{k}: {saved_flat[k]!r} -> {current_flat[k]!r}" for k in changed[:8])
+        shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in list(changed.items())[:8])
         more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
         raise ValueError(
             f"{workdir!r} holds checkpoints of a run with other training settings: {shown}"
