@@ -38,6 +38,10 @@ ADDED_KEYS = {
     # the flag that allows resuming under changed training fields (2026-11-28); older runs were
     # resumed, where at all, by their own sweep command
     "train.resume_with_changes": ("train.num_steps", False),
+    # Clip-Cov (2026-11-28), off before it existed; its window at the defaults
+    "stabilise.clip_cov_fraction": ("stabilise.entropy_max_coef", 0.0),
+    "stabilise.clip_cov_low": ("stabilise.entropy_max_coef", 1.0),
+    "stabilise.clip_cov_high": ("stabilise.entropy_max_coef", 5.0),
 }
 
 

@@ -40,6 +40,9 @@ class PolicyBatch(NamedTuple):
         correction needs it (`jaxrl_llm.algorithms.off_policy`).
       entropy_coef: float32 [M] (or [M, T] packed) the entropy bonus's weight when it adapts
         during the run (`config.stabilise.entropy_target`); None: the loss config's constant.
+      token_noise: float32 [M, T] uniform [0, 1) draws, new every step, from which Clip-Cov
+        picks the tokens whose gradient it drops (`config.stabilise.clip_cov_fraction`);
+        None without it.
     """
 
     tokens: Array
@@ -53,6 +56,7 @@ class PolicyBatch(NamedTuple):
     segment_ids: Array | None = None
     rollout_logp: Array | None = None
     entropy_coef: Array | None = None
+    token_noise: Array | None = None
 
 
 def build_batch(

@@ -9,7 +9,9 @@ with r_t = pi_theta(o_t | prefix) / pi_old(o_t | prefix). See "Proximal Policy O
 Algorithms" (1707.06347), DeepSeekMath (2402.03300) for the KL term in the loss, DAPO
 (2503.14476) for clip-higher. Algorithms that put the KL into the reward instead (PPO,
 REINFORCE++) use `kl_beta=0` here. The first term changes with `config.off_policy` (TIS, IcePop,
-AReaL's decoupled PPO, LlamaRL's AIPO; `jaxrl_llm.algorithms.off_policy`).
+AReaL's decoupled PPO, LlamaRL's AIPO; `jaxrl_llm.algorithms.off_policy`). With Clip-Cov
+(`clip_cov_fraction > 0`; Cui et al., 2505.22617) the first term takes no gradient from a few
+tokens whose log-prob and advantage covary most (`jaxrl_llm.losses.covariance`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 
 from jaxrl_llm import losses
@@ -92,6 +95,9 @@ class PolicyLossConfig:
         ("full", "dots", "none") or a bool.
       off_policy: the off-policy correction (`jaxrl_llm.algorithms.off_policy`); "none" is the
         PPO ratio against `PolicyBatch.old_logp`.
+      clip_cov_fraction: Clip-Cov's r, the share of loss tokens whose policy gradient is
+        dropped (0: off); the batch then carries `token_noise`.
+      clip_cov_low, clip_cov_high: Clip-Cov's covariance window [omega_low, omega_high].
     """
 
     clip_low: float = 0.2
@@ -105,6 +111,9 @@ class PolicyLossConfig:
     logprob_implementation: str | None = None
     remat: bool | str = "full"
     off_policy: OffPolicyConfig = OffPolicyConfig()
+    clip_cov_fraction: float = 0.0
+    clip_cov_low: float = 1.0
+    clip_cov_high: float = 5.0
 
     @classmethod
     def from_config(cls, config, *, kl_beta: float | None = None) -> PolicyLossConfig:
@@ -115,6 +124,7 @@ class PolicyLossConfig:
           kl_beta: overrides `config.loss.kl_beta` (0 for algorithms with the KL in the reward).
         """
         loss = config.loss
+        stabilise = config.get("stabilise") or {}
         return cls(
             clip_low=loss.clip_low,
             clip_high=loss.clip_high,
@@ -126,6 +136,9 @@ class PolicyLossConfig:
             temperature=config.rollout.temperature,
             remat=config.train.remat,
             off_policy=OffPolicyConfig.from_config(config),
+            clip_cov_fraction=stabilise.get("clip_cov_fraction", 0.0),
+            clip_cov_low=stabilise.get("clip_cov_low", 1.0),
+            clip_cov_high=stabilise.get("clip_cov_high", 5.0),
         )
 
 
@@ -160,8 +173,9 @@ def policy_loss(
         positions_bt=batch.positions,
         segment_ids_bt=batch.segment_ids,
     )
+    logp_pg, cov_metrics = _clip_cov(logp, batch, config)
     pg_loss, metrics = corrected_pg_loss(
-        logp,
+        logp_pg,
         batch,
         off_policy=config.off_policy,
         clip_low=config.clip_low,
@@ -170,7 +184,7 @@ def policy_loss(
         norm_len=config.norm_len,
     )
     loss = pg_loss
-    metrics = dict(metrics, pg_loss=pg_loss)
+    metrics = dict(metrics, pg_loss=pg_loss, **cov_metrics)
     if config.kl_beta > 0:
         kl_bt = losses.kl(
             logp, jax.lax.stop_gradient(batch.ref_logp), estimator=config.kl_estimator
@@ -190,3 +204,30 @@ def policy_loss(
         )
     metrics["entropy"] = jax.lax.stop_gradient(entropy_mean)
     return loss, metrics
+
+
+def _clip_cov(logp_bt: Array, batch: PolicyBatch, config: PolicyLossConfig):
+    """`logp_bt` with the gradient stopped at Clip-Cov's chosen tokens, and its metrics.
+
+    Without Clip-Cov (`clip_cov_fraction == 0`): `logp_bt` unchanged and no metrics. The KL
+    and entropy terms keep every token's gradient; only the policy-gradient term drops some.
+    """
+    if config.clip_cov_fraction <= 0:
+        return logp_bt, {}
+    if batch.token_noise is None:
+        raise ValueError(
+            "policy_loss: clip_cov_fraction > 0 needs PolicyBatch.token_noise (uniform [0, 1) "
+            "draws per token, new every step); the runners fill it when "
+            "config.stabilise.clip_cov_fraction > 0."
+        )
+    cov_bt = losses.token_covariance(logp_bt, batch.advantages, batch.loss_mask)
+    chosen_bt, metrics = losses.clip_cov_selection(
+        cov_bt,
+        batch.loss_mask,
+        batch.token_noise,
+        fraction=config.clip_cov_fraction,
+        low=config.clip_cov_low,
+        high=config.clip_cov_high,
+    )
+    logp_bt = jnp.where(chosen_bt, jax.lax.stop_gradient(logp_bt), logp_bt)
+    return logp_bt, {f"clip_cov/{name}": value for name, value in metrics.items()}

@@ -20,6 +20,10 @@ samples stop exploring. The remedies, each off by default:
 - An entropy coefficient adapted to a target entropy H* by dual ascent on log c, as SAC's
   automatic temperature ("Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905,
   eq. 18): log c <- log c + rate * (H* - H), clipped to [c_min, c_max] (`entropy_control`).
+- Clip-Cov ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
+  arXiv:2505.22617, sec. 4.2): the policy-gradient term drops a random `clip_cov_fraction` of
+  the loss tokens among those whose log-prob and advantage covary within [clip_cov_low,
+  clip_cov_high], the tokens that drive entropy down (`jaxrl_llm.losses.covariance`).
 - KL to the reference (`config.loss.kl_beta`, k3) and a decaying rate
   (`config.optimizer.schedule`) are the loss's and the optimizer's own fields.
 """
@@ -34,6 +38,7 @@ import ml_collections
 import numpy as np
 
 __all__ = [
+    "CLIP_COV_ALGORITHMS",
     "DYNAMIC_SAMPLING_ALGORITHMS",
     "OVERLONG_MODES",
     "EntropyControl",
@@ -50,6 +55,9 @@ OVERLONG_MODES = ("none", "filter", "soft")
 # Algorithms whose advantages (or pairs) come from reward differences within a group: a tied
 # group gives them nothing, so resampling it helps.
 DYNAMIC_SAMPLING_ALGORITHMS = ("grpo", "online_dpo", "rrhf")
+# Algorithms whose actor loss is the clipped policy gradient (`algorithms.policy_loss`), where
+# Clip-Cov drops tokens.
+CLIP_COV_ALGORITHMS = ("grpo", "ppo", "reinforce_pp", "remax")
 
 
 def stabilisers_section() -> ml_collections.ConfigDict:
@@ -75,6 +83,13 @@ def stabilisers_section() -> ml_collections.ConfigDict:
     c.entropy_rate = 0.5
     c.entropy_max_coef = 0.05
     c.entropy_min_coef = 1e-6
+    # Clip-Cov: the share r of a step's loss tokens whose policy gradient is dropped, drawn at
+    # random among those whose (log-prob, advantage) covariance lies in [clip_cov_low,
+    # clip_cov_high]; 0 is off. At least one eligible token is dropped when r > 0, so a batch
+    # of short answers (hundreds of tokens) wants r of a percent or more, not the paper's 2e-4.
+    c.clip_cov_fraction = 0.0
+    c.clip_cov_low = 1.0
+    c.clip_cov_high = 5.0
     return c
 
 
@@ -115,6 +130,7 @@ def validate_stabilisers(config: ml_collections.ConfigDict, *, vocab_size: int |
             f"config.stabilise.overlong_cache_tokens={s.overlong_cache_tokens} must lie in "
             f"(0, rollout.max_new_tokens={config.rollout.max_new_tokens})."
         )
+    _validate_clip_cov(config)
     if s.entropy_target < 0:
         raise ValueError(f"config.stabilise.entropy_target={s.entropy_target} must be >= 0.")
     if s.entropy_target > 0:
@@ -142,6 +158,30 @@ def validate_stabilisers(config: ml_collections.ConfigDict, *, vocab_size: int |
                 f"it must start in [entropy_min_coef={low}, entropy_max_coef={high}]; set "
                 "config.loss.entropy_coef within it (or the bounds around it)."
             )
+
+
+def _validate_clip_cov(config: ml_collections.ConfigDict) -> None:
+    s = config.stabilise
+    if not 0 <= s.clip_cov_fraction < 1:
+        raise ValueError(
+            f"config.stabilise.clip_cov_fraction={s.clip_cov_fraction} must lie in [0, 1): the "
+            "share of loss tokens whose policy gradient Clip-Cov drops (0 turns it off; 0.02 "
+            "drops 2%)."
+        )
+    if s.clip_cov_fraction == 0:
+        return
+    if config.algorithm not in CLIP_COV_ALGORITHMS:
+        raise ValueError(
+            f"config.stabilise.clip_cov_fraction={s.clip_cov_fraction} drops tokens of the "
+            f"clipped policy-gradient loss, which algorithm={config.algorithm!r} does not use "
+            f"(it is one of {CLIP_COV_ALGORITHMS}); set clip_cov_fraction=0."
+        )
+    if not s.clip_cov_low < s.clip_cov_high:
+        raise ValueError(
+            f"config.stabilise.clip_cov_low={s.clip_cov_low} must be below clip_cov_high="
+            f"{s.clip_cov_high}: they bound the covariance of the tokens Clip-Cov may drop "
+            "(the paper: 1 and 5)."
+        )
 
 
 def group_has_signal(rewards_b: np.ndarray, group_size: int) -> np.ndarray:

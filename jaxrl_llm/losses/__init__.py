@@ -14,6 +14,7 @@ from jaxrl_llm.losses.aggregation import (
     aggregate_sums,
     masked_mean,
 )
+from jaxrl_llm.losses.covariance import clip_cov_selection, token_covariance
 from jaxrl_llm.losses.kl import kl, kl_loss
 from jaxrl_llm.losses.off_policy import aipo, importance_weights
 from jaxrl_llm.losses.policy import cispo, entropy_bonus, gspo, ppo_clip, reinforce
@@ -37,6 +38,9 @@ __all__ = [
     "aggregate_count",
     "aggregate_sums",
     "masked_mean",
+    # covariance (Clip-Cov)
+    "clip_cov_selection",
+    "token_covariance",
     # kl
     "kl",
     "kl_loss",

@@ -9,11 +9,13 @@ runners (any algorithm; each stabiliser checks it applies in `validate_stabilise
                               groups that top the batch up carry no loss);
                               overlong shaping of the rewards ("soft") or of the loss mask
                               ("filter")
-    prepare(batch)            the adaptive entropy coefficient as a per-row batch field
+    prepare(batch)            the adaptive entropy coefficient as a per-row batch field;
+                              Clip-Cov's per-token uniform draws (`token_noise`)
     observe(train_scalars)    updates the coefficient from the step's entropy (not after a step
                               whose rows were all masked)
 
-Its state (the entropy coefficient) lives in the run's checkpointed `meta`.
+Its state (the entropy coefficient, the count of Clip-Cov's draws) lives in the run's
+checkpointed `meta`, so a resumed run continues both.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from jaxrl_llm.rollout.types import FinishReason
 __all__ = ["StepStabilisers", "take_groups"]
 
 META_KEY = "entropy_coef"
+NOISE_DRAWS_KEY = "clip_cov_draws"
 
 
 def _pad_rows(x: np.ndarray, width: int, value) -> np.ndarray:
@@ -218,11 +221,23 @@ class StepStabilisers:
         return generated, scalars
 
     def prepare(self, batch):
-        """`batch` with the adaptive entropy coefficient per row (unchanged when fixed)."""
-        if self.control is None:
-            return batch
-        rows = batch.tokens.shape[0]
-        return batch._replace(entropy_coef=jnp.full((rows,), self.meta[META_KEY], jnp.float32))
+        """`batch` with the adaptive entropy coefficient per row and Clip-Cov's per-token
+        draws, each when configured (else unchanged).
+
+        The draws of the k-th prepared batch of a run come from the generator seeded with
+        (config.seed, k), k counted in `meta`: a run and its resumption draw the same.
+        """
+        if self.control is not None:
+            rows = batch.tokens.shape[0]
+            coef = jnp.full((rows,), self.meta[META_KEY], jnp.float32)
+            batch = batch._replace(entropy_coef=coef)
+        if self.config.stabilise.clip_cov_fraction > 0:
+            draws = self.meta.get(NOISE_DRAWS_KEY, 0)
+            rng = np.random.default_rng([int(self.config.seed), draws])
+            noise = rng.random(batch.tokens.shape, dtype=np.float32)
+            self.meta[NOISE_DRAWS_KEY] = draws + 1
+            batch = batch._replace(token_noise=jnp.asarray(noise))
+        return batch
 
     def observe(
         self, train_scalars: dict[str, float], *, trained_tokens: bool = True

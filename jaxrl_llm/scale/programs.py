@@ -48,6 +48,7 @@ from jaxrl_llm.roles.reward import score_fn
 from jaxrl_llm.rollout import CacheLayout, GenerationConfig, Generator
 from jaxrl_llm.rollout.types import FinishReason, Rollout
 from jaxrl_llm.runners.components import build_optimizer, total_updates
+from jaxrl_llm.runners.stabilisers import StepStabilisers
 from jaxrl_llm.scale.workload import Workload
 from jaxrl_llm.sharding import (
     DECODE_RULES,
@@ -201,9 +202,12 @@ def minibatch_of(workload: Workload, algorithm) -> Any:
         sources=("task",) * b,
     )
     batch, _ = algorithm.make_batch(experience, algorithm.init())
+    c = workload.config
+    # the per-row entropy weight and Clip-Cov's draws, when configured, as the runner adds them
+    if c.get("stabilise") is not None:
+        batch = StepStabilisers(c, pad_id=0, meta={}).prepare(batch)
     if batch.rollout_logp is None:
         batch = batch._replace(rollout_logp=jnp.asarray(rollout.logprobs, jnp.float32))
-    c = workload.config
     if c.train.pack_sequences:
         batch, _ = pack_batch(
             batch,

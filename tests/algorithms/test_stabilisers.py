@@ -246,3 +246,44 @@ def test_the_entropy_weight_stays_at_its_floor_while_entropy_is_above_the_target
     assert meta[META_KEY] == 0.005
     stabilisers.observe({"train/entropy": 0.4})
     assert meta[META_KEY] == pytest.approx(0.005 * math.exp(0.3))
+
+
+def test_bad_clip_cov_settings_name_the_field():
+    config = config_for("grpo")
+    config.stabilise.clip_cov_fraction = 1.0
+    with pytest.raises(ValueError, match=r"clip_cov_fraction=1.0 must lie in \[0, 1\)"):
+        validate_stabilisers(config)
+    config.stabilise.clip_cov_fraction = 0.02
+    config.stabilise.clip_cov_low = 5.0
+    with pytest.raises(ValueError, match="clip_cov_low=5.0 must be below clip_cov_high=5.0"):
+        validate_stabilisers(config)
+    config = config_for("rrhf")
+    config.stabilise.clip_cov_fraction = 0.02
+    with pytest.raises(ValueError, match="algorithm='rrhf' does not use"):
+        validate_stabilisers(config)
+
+
+def test_clip_cov_draws_are_new_each_step_and_the_same_on_resume():
+    """`prepare` adds uniform per-token draws; the k-th batch of a run draws the same whether
+    or not the run was resumed in between (the count is in the checkpointed meta)."""
+    import jax.numpy as jnp
+
+    from jaxrl_llm.algorithms.batch import PolicyBatch
+    from jaxrl_llm.runners.stabilisers import StepStabilisers
+
+    config = config_for("grpo")
+    config.stabilise.clip_cov_fraction = 0.02
+    z = jnp.zeros((4, 6))
+    batch = PolicyBatch(jnp.zeros((4, 6), jnp.int32), z, z, z, jnp.zeros(4))
+    meta = {}
+    run = StepStabilisers(config, pad_id=0, meta=meta)
+    first, second = (np.asarray(run.prepare(batch).token_noise) for _ in range(2))
+    assert first.shape == (4, 6) and first.dtype == np.float32
+    assert ((first >= 0) & (first < 1)).all() and not np.array_equal(first, second)
+    resumed = StepStabilisers(config, pad_id=0, meta={"clip_cov_draws": 1})
+    np.testing.assert_array_equal(np.asarray(resumed.prepare(batch).token_noise), second)
+    config.seed = 1
+    other_seed = StepStabilisers(config, pad_id=0, meta={})
+    assert not np.array_equal(np.asarray(other_seed.prepare(batch).token_noise), first)
+    config.stabilise.clip_cov_fraction = 0.0
+    assert StepStabilisers(config, pad_id=0, meta={}).prepare(batch).token_noise is None

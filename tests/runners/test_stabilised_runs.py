@@ -100,3 +100,17 @@ def test_a_step_with_no_loss_token_leaves_the_weights_and_logs_no_token_metric(t
     assert len(first) == len(last) > 0
     for before, after in zip(first, last, strict=True):
         np.testing.assert_array_equal(before, after)  # no optimizer step (Adam, weight decay)
+
+
+def test_clip_cov_run_drops_a_share_of_the_tokens(tmp_path, text_reward):
+    config = load_config(TINY, {**BASE, "stabilise.clip_cov_fraction": 0.05})
+    # a random model's covariances are small: a window that admits every token
+    config.stabilise.clip_cov_low, config.stabilise.clip_cov_high = -100.0, 100.0
+    train(config, str(tmp_path), progress=False)
+    rows = steps(tmp_path)
+    assert len(rows) == 3
+    for row in rows:
+        assert row["train/clip_cov/eligible_fraction"] == pytest.approx(1.0)
+        # floor(0.05 N) of N loss tokens (at least 1): 5% or just under, never none
+        assert 0 < row["train/clip_cov/dropped_fraction"] <= 0.05
+        assert np.isfinite(row["train/loss"])

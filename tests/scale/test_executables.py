@@ -78,14 +78,29 @@ def _save_planned_step(config, path):
     save_executable(compiled, path, topology="cpu-8", phase="actor_train")
 
 
-def test_a_run_executes_the_planned_train_step(tmp_path, text_reward):
+@pytest.mark.parametrize(
+    "stabilise",
+    [
+        {},
+        # per-row entropy weights and Clip-Cov's per-token draws are batch fields the plan
+        # must lay out too
+        {
+            "stabilise.entropy_target": 0.5,
+            "loss.entropy_coef": 0.01,
+            "stabilise.clip_cov_fraction": 0.05,
+        },
+    ],
+    ids=["plain", "stabilised"],
+)
+def test_a_run_executes_the_planned_train_step(tmp_path, text_reward, stabilise):
     """The planner's actor_train program, saved and given to a run (`train.planned_step`), takes
     the run's own state and minibatches: the run executes the planned program, and learns as
     one that compiles its own step does."""
+    from jaxrl_llm.config import apply_overrides
     from jaxrl_llm.metrics import read_metrics
     from jaxrl_llm.runners import train
 
-    config = _planned_run_config(tmp_path)
+    config = apply_overrides(_planned_run_config(tmp_path), stabilise)
     own = train(config, str(tmp_path / "own"), progress=False)
     assert "planned_step" not in own
     _save_planned_step(config, str(tmp_path / "plan" / "actor_train"))
