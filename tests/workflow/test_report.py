@@ -375,6 +375,19 @@ def test_an_older_run_without_the_resume_flag_joins_its_setting(tmp_path):
     assert [len(g.runs) for g in groups] == [3]
 
 
+def test_an_older_run_without_clip_cov_joins_its_setting_and_clip_cov_runs_do_not(tmp_path):
+    off = {"clip_cov_fraction": 0.0, "clip_cov_low": 1.0, "clip_cov_high": 5.0}
+    for seed in range(3):
+        stabilise = {"entropy_max_coef": 0.05}
+        if seed == 2:  # recorded after Clip-Cov became a field, off
+            stabilise.update(off)
+        make_run(tmp_path / "s" / f"r{seed}", seed=seed, sections={"stabilise": stabilise})
+    make_run(tmp_path / "s" / "cov", seed=0,
+             sections={"stabilise": {"entropy_max_coef": 0.05, **off, "clip_cov_fraction": 0.02}})  # fmt: skip
+    groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
+    assert sorted(len(g.runs) for g in groups) == [1, 3]
+
+
 def test_start_from_counts_the_gain_from_an_earlier_stage(tmp_path, capsys):
     # RL runs from an SFT policy (its step 0: 40%), the base model's step 0: 10%
     runs = [make_run(tmp_path / "rl" / f"r{s}", seed=s, before=0.4, after=0.5) for s in range(3)]
