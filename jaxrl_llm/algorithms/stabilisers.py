@@ -21,7 +21,7 @@ samples stop exploring. The remedies, each off by default:
   automatic temperature ("Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905,
   eq. 18): log c <- log c + rate * (H* - H), clipped to [c_min, c_max] (`entropy_control`).
 - Clip-Cov ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
-  arXiv:2505.22617, sec. 4.2): the policy-gradient term drops a random `clip_cov_fraction` of
+  arXiv:2505.22617): the policy-gradient term drops a random `clip_cov_fraction` of
   the loss tokens among those whose log-prob and advantage covary within [clip_cov_low,
   clip_cov_high], the tokens that drive entropy down (`jaxrl_llm.losses.covariance`).
 - KL to the reference (`config.loss.kl_beta`, k3) and a decaying rate

@@ -3,9 +3,9 @@
 "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models" (Cui et al.,
 2025, arXiv:2505.22617) shows that under policy gradient the step's change of the policy's
 entropy follows minus the covariance, over the batch's tokens, between a token's log-probability
-and its advantage (sec. 3): confident tokens that are rewarded (and unlikely ones that are
-punished) drive entropy down, and they are a small share of the tokens. Clip-Cov (sec. 4.2,
-eq. 13-14) takes the per-token centred product
+and its advantage: confident tokens that are rewarded (and unlikely ones that are punished)
+drive entropy down, and they are a small share of the tokens. Clip-Cov takes the per-token
+centred product
 
     Cov(y_i) = (log pi(y_i) - mean_j log pi(y_j)) * (A(y_i) - mean_j A(y_j))
 
@@ -34,7 +34,7 @@ def token_covariance(logp_bt: jax.Array, advantages: jax.Array, mask_bt: jax.Arr
     """[B, T] per-token centred product of log-prob and advantage (Clip-Cov's Cov(y_i)).
 
     See "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models"
-    (2505.22617), eq. 13: the batch covariance whose positive part drives entropy down.
+    (2505.22617): the batch covariance whose positive part drives entropy down.
 
     Args:
       logp_bt: [B, T] log-probs of the sampled tokens under the current policy.
@@ -70,7 +70,7 @@ def clip_cov_selection(
     """The tokens whose policy gradient Clip-Cov drops (module docstring).
 
     See "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models"
-    (2505.22617), sec. 4.2, eq. 14.
+    (2505.22617), Clip-Cov.
 
     Of the N loss tokens, those with `low <= cov <= high` are eligible, and the
     n = max(floor(fraction * N), 1) eligible ones with the largest `noise` are chosen (all of
