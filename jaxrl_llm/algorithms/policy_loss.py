@@ -136,9 +136,10 @@ class PolicyLossConfig:
             temperature=config.rollout.temperature,
             remat=config.train.remat,
             off_policy=OffPolicyConfig.from_config(config),
-            clip_cov_fraction=stabilise.get("clip_cov_fraction", 0.0),
-            clip_cov_low=stabilise.get("clip_cov_low", 1.0),
-            clip_cov_high=stabilise.get("clip_cov_high", 5.0),
+            # a config without these fields (written before Clip-Cov) keeps it off
+            clip_cov_fraction=stabilise.get("clip_cov_fraction", cls.clip_cov_fraction),
+            clip_cov_low=stabilise.get("clip_cov_low", cls.clip_cov_low),
+            clip_cov_high=stabilise.get("clip_cov_high", cls.clip_cov_high),
         )
 
 
