@@ -40,6 +40,9 @@ SETTINGS = concat(
             "stabilise.entropy_target": 0.9,
             "stabilise.entropy_rate": 2.0,
             "stabilise.entropy_max_coef": 0.5,
+            # the stable recipe's floor and start, named so the setting validates on any base
+            "stabilise.entropy_min_coef": 0.005,
+            "loss.entropy_coef": 0.005,
         }
     ),
 )
