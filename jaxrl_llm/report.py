@@ -57,6 +57,14 @@ regenerated from a repository after the run directories are gone; a record alrea
 other content is refused, nothing copied.
 
     python -m jaxrl_llm.report RRHF=runs/seeds/rrhf --keep_records docs/reports/runs/algorithms
+
+`--metric NAME` (repeatable) adds a training-stream metric of `metrics.jsonl` per group: its
+start and end (each seed's mean over its first and last `--metric_window` steps) over seeds with
+95% intervals, the change, and with `--against` each group's end minus that group's; `--out`
+also draws its curves to `OUT_<metric>.png` (`jaxrl_llm.report_metrics`).
+
+    python -m jaxrl_llm.report runs/prm_refinement --metric reward/process_steps \
+        --metric completion/length --out docs/reports/prm_refinement
 """
 
 from __future__ import annotations
@@ -80,6 +88,12 @@ from jaxrl_llm.evals.hacks import EvalAnswers, find_hacks
 from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
 from jaxrl_llm.metrics import read_eval_rows, read_metrics
 from jaxrl_llm.report_choice import Setting, choose, common_values
+from jaxrl_llm.report_metrics import (
+    DEFAULT_WINDOW,
+    metric_file_suffix,
+    metric_section,
+    plot_metric,
+)
 from jaxrl_llm.report_rules import (
     IGNORED_KEYS,
     config_key,
@@ -644,6 +658,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="copy the runs' records (config, summary, metrics, held-out answers) under DIR",
     )
+    parser.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a training-stream metric of metrics.jsonl to report per group, start and end with "
+        "95%% intervals (repeatable), e.g. reward/process_steps",
+    )
+    parser.add_argument(
+        "--metric_window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        metavar="STEPS",
+        help="steps averaged at each end of a run for --metric",
+    )
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(
         list(argv if argv is not None else sys.argv[1:])
@@ -665,6 +694,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             if len(diffs) > 1
             else None
         )
+        metrics_text, metric_rows = (
+            metric_section(
+                groups,
+                args.metric,
+                window=args.metric_window,
+                against=args.against,
+                num_resamples=args.resamples,
+            )
+            if args.metric
+            else ("", {})
+        )
         copies = record_copies(groups, args.keep_records) if args.keep_records else []
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -683,12 +723,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows, args.choose_across, max_drop=max_drop, min_entropy_ratio=min_ratio
         )
         text += choice_markdown(settings, chosen, max_drop, min_ratio)
+    text += metrics_text
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out + ".md", "w") as f:
             f.write(text)
         print(f"[report] wrote {args.out}.md and {plot(rows, args.out + '.png')}")
+        for name, rows_of_metric in metric_rows.items():
+            path = f"{args.out}_{metric_file_suffix(name)}.png"
+            print(f"[report] wrote {plot_metric(rows_of_metric, path)}")
     if copies:
         kept = copy_records(copies)
         print(f"[report] kept the records of {len(kept)} runs under {args.keep_records}")

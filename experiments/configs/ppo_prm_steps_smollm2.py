@@ -17,7 +17,8 @@ room for repeated steps); the argument after ":" picks the stage:
     python -m jaxrl_llm.launch --config experiments/configs/ppo_prm_steps_smollm2.py \\
         --sweep experiments/sweeps/prm_refinement.py --sweep_dir runs/prm_refinement \\
         --seeds 0,1,2 --parallel 1
-    python -m jaxrl_llm.report runs/prm_refinement
+    python -m jaxrl_llm.report runs/prm_refinement --metric reward/process_steps \\
+        --metric completion/length --out docs/reports/prm_refinement
 
 `reward/process_steps` (steps per completion, what the hack raises), `completion/length` and
 `reward/process` are logged every step. To start from the base model instead of the SFT policy,

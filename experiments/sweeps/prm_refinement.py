@@ -8,7 +8,8 @@ at a time on a 2-core CPU; a rerun of the command resumes where it stopped:
     python -m jaxrl_llm.launch --config experiments/configs/ppo_prm_steps_smollm2.py \\
         --sweep experiments/sweeps/prm_refinement.py --sweep_dir runs/prm_refinement \\
         --seeds 0,1,2 --parallel 1
-    python -m jaxrl_llm.report runs/prm_refinement
+    python -m jaxrl_llm.report runs/prm_refinement --metric reward/process_steps \\
+        --metric completion/length --out docs/reports/prm_refinement
 """
 
 # The success-only arm drops the process model (dense placement needs one, so it is "summed":
