@@ -12,7 +12,8 @@ step's label is the completion's own score. Labels are written to `<workdir>/ste
 
 The model starts from the policy's weights with a fresh head and learns the labels with a
 per-step binary cross-entropy at each step's last token (`losses.reward_model.step_cross_entropy`);
-held-out step accuracy and loss before / during / after; written to
+held-out step accuracy and loss before / during / after, beside the constant predictor's (the
+training steps' majority label) with the margin's 95% interval over held-out prompts; written to
 `<workdir>/process_reward_model`, which the RL stage takes as `--config.rewards.process_model`
 (with `rewards.process_refinement` none / clip / delta, `jaxrl_llm.rewards.process`).
 """
@@ -29,6 +30,7 @@ import numpy as np
 
 from jaxrl_llm.data.jsonl import json_objects
 from jaxrl_llm.data.presets import task_pool
+from jaxrl_llm.evals.intervals import clustered_difference_interval
 from jaxrl_llm.losses.reward_model import step_cross_entropy
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.precision import merge_for_compute
@@ -90,9 +92,19 @@ def train_process_reward_model(config, workdir: str, *, progress: bool = True):
 def _report(summary: dict[str, Any]) -> str:
     change = percent_change(summary, "eval/step_accuracy")
     positive = summary["labels"]["positive_step_fraction"]
+    after = summary["after"]
+    margin = ""
+    if "eval/margin_over_constant" in after:  # summaries written before 2026-11-28 lack it
+        low, high = after["eval/margin_over_constant_low"], after["eval/margin_over_constant_high"]
+        verdict = "beats it" if low > 0 else "does not beat it by a margin its interval supports"
+        margin = (
+            f"; the constant predictor {100 * after['eval/constant_step_accuracy']:.1f}%, margin "
+            f"{100 * after['eval/margin_over_constant']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] "
+            f"points (95%, held-out prompts resampled): {verdict}"
+        )
     return (
         f"[jaxrl_llm] process reward model held-out step accuracy {change} (positive steps: "
-        f"{100 * positive:.1f}%), written to {summary['process_reward_model']}"
+        f"{100 * positive:.1f}%){margin}, written to {summary['process_reward_model']}"
     )
 
 
@@ -205,6 +217,13 @@ def prm_loss(model: ScalarHeadModel, batch: StepBatch, *, remat: bool | str = Fa
     return step_cross_entropy(logits, batch.labels, batch.mask)
 
 
+def prm_eval(model: ScalarHeadModel, batch: StepBatch):
+    """(loss [], step score logits float32 [B, S]) of a held-out batch."""
+    logits = model.scores_at(batch.tokens, batch.ends)
+    loss, _ = step_cross_entropy(logits, batch.labels, batch.mask)
+    return loss, logits
+
+
 class ProcessRewardModelRun:
     """One process reward-model run: labelled completions, the `Learner`, held-out evaluation
     (a `StageRun`)."""
@@ -219,6 +238,10 @@ class ProcessRewardModelRun:
         )  # fmt: skip
         encoded = split.encoded
         self.eval_items, self.train_items = split.items(split.held), split.items(split.train)
+        self.eval_prompts = [split.prompts[i] for i in split.held]
+        # The constant predictor a PRM must beat: the training steps' majority label.
+        train_labels = [x >= 0.5 for _, _, labels in self.train_items for x in labels]
+        self.constant_label = bool(np.mean(train_labels) >= 0.5) if train_labels else True
         self.width = split.width
         self.max_steps = max(4, 1 << (max(len(e) for _, e, _ in encoded) - 1).bit_length())
         positive = np.mean([x >= 0.5 for _, _, labels in encoded for x in labels])
@@ -231,7 +254,7 @@ class ProcessRewardModelRun:
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.model, self.learner = scalar_head_learner(policy, config, prm_loss)
         graphdef = self.learner.graphdef
-        self._loss_fn = jax.jit(lambda params, b: prm_loss(merge_for_compute(graphdef, params), b))
+        self._eval_fn = jax.jit(lambda params, b: prm_eval(merge_for_compute(graphdef, params), b))
 
     def _encode(self, item: StepLabels):
         """(prompt, (ids, each step's last token, labels), [ids])."""
@@ -261,25 +284,42 @@ class ProcessRewardModelRun:
         return place_batch(self.step_batch(items), self.learner.mesh, self.learner.rules)
 
     def evaluate(self, when: str) -> dict[str, float]:
-        """Held-out step accuracy (score > 0 against label >= 0.5) and loss."""
+        """Held-out step accuracy (score > 0 against label >= 0.5) and loss, and the same
+        accuracy of the constant predictor (the training steps' majority label) with the
+        model's margin over it, its 95% interval resampling held-out prompts (a prompt's
+        completions and a completion's steps are not independent)."""
         del when
-        size, weights, losses, accuracies = self.config.prm.batch_size, [], [], []
+        size, weights, losses = self.config.prm.batch_size, [], []
+        model_hits, constant_hits, steps = [], [], []  # per held-out completion
         for start in range(0, len(self.eval_items), size):
             chunk = self.eval_items[start : start + size]
             batch = self.step_batch(chunk + [chunk[0]] * (size - len(chunk)))
             mask = batch.mask.copy()
             mask[len(chunk) :] = False  # the filler rows do not count
-            loss, metrics = self._loss(batch._replace(mask=mask))
+            loss, logits = jax.device_get(
+                self._eval_fn(self.learner.params, batch._replace(mask=mask))
+            )
             losses.append(float(loss))
-            accuracies.append(float(metrics["accuracy"]))
             weights.append(float(mask.sum()))
+            right = batch.labels >= 0.5
+            real = mask[: len(chunk)]
+            model_hits += list((((logits > 0) == right)[: len(chunk)] & real).sum(1))
+            constant_hits += list(((right == self.constant_label)[: len(chunk)] & real).sum(1))
+            steps += list(real.sum(1))
+        per_completion = np.stack([model_hits, constant_hits, steps], axis=1).astype(np.float64)
+        by_prompt: dict[str, np.ndarray] = {}
+        for prompt, row in zip(self.eval_prompts, per_completion, strict=True):
+            by_prompt[prompt] = by_prompt.get(prompt, 0.0) + row
+        model_c, constant_c, steps_c = np.array(list(by_prompt.values())).T
+        margin = clustered_difference_interval(model_c, constant_c, steps_c)
         return {
-            "eval/step_accuracy": float(np.average(accuracies, weights=weights)),
+            "eval/step_accuracy": float(model_c.sum() / steps_c.sum()),
             "eval/loss": float(np.average(losses, weights=weights)),
+            "eval/constant_step_accuracy": float(constant_c.sum() / steps_c.sum()),
+            "eval/margin_over_constant": margin.mean,
+            "eval/margin_over_constant_low": margin.low,
+            "eval/margin_over_constant_high": margin.high,
         }
-
-    def _loss(self, batch: StepBatch):
-        return self._loss_fn(self.learner.params, batch)
 
     def summary(self) -> dict[str, Any]:
         """The label counts."""

@@ -3,7 +3,11 @@
 import numpy as np
 import pytest
 
-from jaxrl_llm.evals.intervals import Interval, seeds_questions_interval
+from jaxrl_llm.evals.intervals import (
+    Interval,
+    clustered_difference_interval,
+    seeds_questions_interval,
+)
 
 
 def test_mean_is_exact_and_interval_contains_it():
@@ -53,3 +57,29 @@ def test_bad_tables_are_refused():
         seeds_questions_interval(np.zeros(3))
     with pytest.raises(ValueError, match="confidence"):
         seeds_questions_interval(np.zeros((2, 2)), confidence=1.0)
+
+
+def test_clustered_difference_by_hand():
+    # cluster 0: 3 items, a right on 3, b on 1; cluster 1: 1 item, a and b both right
+    a, b, n = np.array([3, 1]), np.array([1, 1]), np.array([3, 1])
+    interval = clustered_difference_interval(a, b, n, num_resamples=2000)
+    assert interval.mean == pytest.approx(2 / 4)
+    # replicates draw the clusters {0,0}: 2/3, {0,1}: 2/4, {1,1}: 0
+    assert interval.low == pytest.approx(0.0) and interval.high == pytest.approx(2 / 3)
+    assert not interval.excludes_zero()
+
+
+def test_clustered_difference_moves_a_clusters_items_together():
+    # every cluster the same difference (a one item ahead of b in 4): zero width, wherever
+    # the items lie; one cluster holding the whole lead widens it
+    same = clustered_difference_interval(np.full(10, 3), np.full(10, 2), np.full(10, 4))
+    assert same.low == same.high == pytest.approx(0.25)
+    lumped = clustered_difference_interval(np.r_[12, np.full(9, 2)], np.full(10, 2), np.full(10, 4))
+    assert lumped.mean == pytest.approx(0.25) and lumped.low == pytest.approx(0.0)
+
+
+def test_clustered_difference_refuses_bad_input():
+    with pytest.raises(ValueError, match="one length"):
+        clustered_difference_interval(np.ones(2), np.ones(3), np.ones(2))
+    with pytest.raises(ValueError, match="items in them"):
+        clustered_difference_interval(np.zeros(2), np.zeros(2), np.zeros(2))

@@ -17,6 +17,7 @@ from jaxrl_llm.rewards.refinement import refine_rewards
 from jaxrl_llm.runners import load_config, run_stage, train
 from jaxrl_llm.runners.components import load_policy
 from jaxrl_llm.runners.process_reward_model import read_step_labels
+from jaxrl_llm.runners.stage_data import split_by_group
 from tests.run_helpers import ROOT
 
 PRM_TINY = os.path.join(ROOT, "experiments", "configs", "prm_tiny.py")
@@ -49,7 +50,20 @@ def test_the_stage_labels_steps_by_monte_carlo_and_trains(tmp_path, text_reward)
     for item in items:  # the last step's label is the completion's own (odd-length) score
         assert item.labels[-1] == float(len(item.completion) % 2)
         assert all(0.0 <= x <= 1.0 for x in item.labels)
-    assert 0.0 <= summary["after"]["eval/step_accuracy"] <= 1.0
+    after = summary["after"]
+    assert 0.0 <= after["eval/step_accuracy"] <= 1.0
+    # the constant predictor: the training steps' majority label, scored on the held-out steps
+    config = load_config(PRM_TINY)
+    assert summary["labels"]["dropped"] == 0
+    held, train_ = split_by_group([i.prompt for i in items], config.prm.eval_fraction, config.seed)
+    majority = np.mean([x >= 0.5 for i in train_ for x in items[i].labels]) >= 0.5
+    held_right = [(x >= 0.5) == majority for i in held for x in items[i].labels]
+    assert after["eval/constant_step_accuracy"] == pytest.approx(np.mean(held_right))
+    assert after["eval/margin_over_constant"] == pytest.approx(
+        after["eval/step_accuracy"] - after["eval/constant_step_accuracy"]
+    )
+    low, high = after["eval/margin_over_constant_low"], after["eval/margin_over_constant_high"]
+    assert low <= after["eval/margin_over_constant"] <= high
     assert load_scalar_model(summary["process_reward_model"]).trunk.config.num_layers == 2
 
 
