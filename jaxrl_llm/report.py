@@ -93,6 +93,8 @@ from jaxrl_llm.report_metrics import (
     metric_file_suffix,
     metric_section,
     plot_metric,
+    save_step_figure,
+    step_axes,
 )
 from jaxrl_llm.report_rules import (
     IGNORED_KEYS,
@@ -588,14 +590,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
 
 def plot(rows: Sequence[Mapping[str, Any]], path: str, *, num_resamples: int = 1000) -> str:
     """Writes a PNG of each group's mean held-out accuracy against step with its 95% band."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ImportError(
-            "report: the PNG needs matplotlib; pip install matplotlib (or the dev extra)."
-        ) from e
-    fig = Figure(figsize=(7, 4.2))
-    ax = fig.add_subplot()
+    fig, ax = step_axes()
     for row in rows:
         steps = sorted(row["curves"])
         if not steps:
@@ -611,14 +606,10 @@ def plot(rows: Sequence[Mapping[str, Any]], path: str, *, num_resamples: int = 1
             steps, [100 * b.low for b in bands], [100 * b.high for b in bands],
             color=line.get_color(), alpha=0.2,
         )  # fmt: skip
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("held-out greedy accuracy (%)")
-    ax.set_title("held-out accuracy: mean over seeds, 95% band (seeds x questions)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save_step_figure(
+        fig, ax, path, ylabel="held-out greedy accuracy (%)",
+        title="held-out accuracy: mean over seeds, 95% band (seeds x questions)",
+    )  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,6 +47,8 @@ __all__ = [
     "metric_section",
     "metrics_markdown",
     "plot_metric",
+    "save_step_figure",
+    "step_axes",
     "summarize_metric",
 ]
 
@@ -266,9 +268,8 @@ def metric_file_suffix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
 
 
-def plot_metric(rows: Sequence[MetricRow], path: str) -> str:
-    """Writes a PNG of one metric: each group's mean over seeds against the step, the band from
-    the seeds' lowest to highest value."""
+def step_axes():
+    """(figure, axes) of a report curve against the RL step (matplotlib, needed for --out)."""
     try:
         from matplotlib.figure import Figure
     except ImportError as e:
@@ -276,7 +277,25 @@ def plot_metric(rows: Sequence[MetricRow], path: str) -> str:
             "report: the PNG needs matplotlib; pip install matplotlib (or the dev extra)."
         ) from e
     fig = Figure(figsize=(7, 4.2))
-    ax = fig.add_subplot()
+    return fig, fig.add_subplot()
+
+
+def save_step_figure(fig, ax, path: str, *, ylabel: str, title: str) -> str:
+    """Labels `step_axes`' axes, writes the PNG to `path` and returns it."""
+    ax.set_xlabel("RL step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_metric(rows: Sequence[MetricRow], path: str) -> str:
+    """Writes a PNG of one metric: each group's mean over seeds against the step, the band from
+    the seeds' lowest to highest value."""
+    fig, ax = step_axes()
     for row in rows:
         steps = sorted(row.curves)
         values = np.array([row.curves[s] for s in steps])  # [steps, seeds]
@@ -284,11 +303,5 @@ def plot_metric(rows: Sequence[MetricRow], path: str) -> str:
         line = ax.plot(steps, values.mean(1), label=f"{row.label} ({seeds} seeds)")[0]
         ax.fill_between(steps, values.min(1), values.max(1), color=line.get_color(), alpha=0.2)
     name = rows[0].name if rows else ""
-    ax.set_xlabel("RL step")
-    ax.set_ylabel(name)
-    ax.set_title(f"{name}: mean over seeds, band from the lowest to the highest seed")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    title = f"{name}: mean over seeds, band from the lowest to the highest seed"
+    return save_step_figure(fig, ax, path, ylabel=name, title=title)
