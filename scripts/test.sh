@@ -3,7 +3,10 @@
 # (gemma: the Gemma 3 270M file its slow tests load; without it they skip; tpu: libtpu, so the
 # tests compile programs for a v5e slice on this CPU; JAXRL_REQUIRE_TPU=1 makes a missing
 # libtpu fail those tests instead of skipping them).
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m slow` for the slow target.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m slow` for the slow target (real
+# models, one process) and `bash scripts/test.sh -m heavy` for the heavy one (whole runs of the
+# tiny model and large compiles whose coverage the default run keeps in a faster form; listed in
+# tests/heavy.py; two workers).
 #
 # The default run (no arguments) spreads the suite over 2 pytest-xdist workers, one file per worker
 # at a time (`--dist loadfile`, so module fixtures are built once): on the 2-core AMD EPYC it took
@@ -21,11 +24,17 @@ set +e  # setup_env.sh sets -e
 cd "$ROOT"
 export JAXRL_REQUIRE_TPU=1
 workers="${JAXRL_TEST_WORKERS:-2}"
+previous=""
 for arg in "$@"; do
   if [[ "$arg" != -* && -e "$arg" ]]; then  # explicit paths: as asked
     exec python -m pytest -q -rs --durations=15 "$@"
   fi
-  if [[ "$arg" == -m* || "$arg" == -n* || "$arg" == --numprocesses* ]]; then workers=1; fi
+  # `-m heavy` (whole tiny runs, tests/heavy.py) keeps the two workers; other markers run alone
+  if [[ "$previous" == -m && "$arg" != heavy ]] || [[ "$arg" == -m?* && "$arg" != -mheavy ]] \
+     || [[ "$arg" == -n* || "$arg" == --numprocesses* ]]; then
+    workers=1
+  fi
+  previous="$arg"
 done
 if [ "$workers" -gt 1 ]; then
   exec python -m pytest -q -rs --durations=15 -n "$workers" --dist loadfile tests "$@"

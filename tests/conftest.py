@@ -18,6 +18,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.heavy import is_heavy  # noqa: E402
+
 # Tests compare against float32 references; keep matmuls at full precision on every backend.
 jax.config.update("jax_default_matmul_precision", "highest")
 
@@ -31,6 +33,14 @@ _XLA_CACHE = tempfile.mkdtemp(prefix="jaxrl-tests-xla-")
 atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
 jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items):
+    """Marks the tests `tests/heavy.py` lists `heavy` (the target `-m heavy` runs)."""
+    for item in items:
+        if is_heavy(item.nodeid):
+            item.add_marker(pytest.mark.heavy)
 
 
 def pytest_report_header(config):

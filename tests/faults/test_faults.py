@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -125,8 +126,13 @@ def _raises(prompt, completion, example):
     raise RuntimeError("verifier crashed")
 
 
+# A hung verifier waits on this (set when the test is done, so its abandoned threads end).
+_HANG_RELEASE = threading.Event()
+HANG_S = 120.0  # how long a hung call would hold a run that waited for it
+
+
 def _hangs(prompt, completion, example):
-    time.sleep(30)
+    _HANG_RELEASE.wait(HANG_S)
     return 1.0
 
 
@@ -141,11 +147,18 @@ def test_reward_functions_that_raise_hang_or_return_junk_score_zero(tmp_path, mo
     monkeypatch.setattr(
         components, "build_rewards", lambda config: RewardRunner(functions, timeout_s=0.3)
     )
+    _HANG_RELEASE.clear()
     t0 = time.time()
-    summary = train(
-        _config("experiments/configs/grpo_tiny.py", steps=1), str(tmp_path), progress=False
-    )
-    assert summary["steps"] == 1 and time.time() - t0 < 25  # the hung calls were abandoned
+    try:
+        summary = train(
+            _config("experiments/configs/grpo_tiny.py", steps=1), str(tmp_path), progress=False
+        )
+        elapsed = time.time() - t0
+    finally:
+        _HANG_RELEASE.set()
+    # the hung calls were abandoned: a run that waited for them would take HANG_S or more (the
+    # run itself took 5-27 s, the longest beside a training job)
+    assert summary["steps"] == 1 and elapsed < HANG_S - 20
     [row] = read_metrics(str(tmp_path))
     assert row["reward/timeouts"] == 8  # 8 completions, "hangs" timed out on each
     assert row["reward/errors"] == 3 * 8  # raises, nan, string
