@@ -151,12 +151,15 @@ def metric_difference(
     )
 
 
-def check_metrics_logged(names: Sequence[str], workdirs: Sequence[str]) -> None:
-    """Raises ValueError when a metric of `names` is logged by none of the runs in `workdirs`,
-    naming the closest metrics they do log (a typo in `--metric`)."""
+def check_metrics_logged(
+    names: Sequence[str], metrics_of_runs: Sequence[Sequence[Mapping[str, object]]]
+) -> None:
+    """Raises ValueError when a metric of `names` is logged by none of the runs (each run's
+    metrics rows, `read_metrics`), naming the closest metrics they do log (a typo in
+    `--metric`)."""
     logged: set[str] = set()
-    for workdir in workdirs:
-        for row in read_metrics(workdir):
+    for metrics in metrics_of_runs:
+        for row in metrics:
             logged.update(k for k, v in row.items() if isinstance(v, int | float))
     for name in names:
         if name not in logged:
@@ -238,7 +241,10 @@ def metric_section(
       ValueError: a metric no run logged (`check_metrics_logged`), a bad window, or ends of
         different widths to compare.
     """
-    check_metrics_logged(names, [run.workdir for group in groups for run in group.runs])
+    metrics_of = {  # each run's metrics.jsonl, read once for every metric
+        run.workdir: read_metrics(run.workdir) for group in groups for run in group.runs
+    }
+    check_metrics_logged(names, list(metrics_of.values()))
     table: list[MetricRow | tuple[str, str]] = []
     by_name: dict[str, list[MetricRow]] = {}
     differences: dict[tuple[str, str], Interval] = {}
@@ -246,7 +252,7 @@ def metric_section(
         summaries = {}
         for group in groups:
             runs = sorted(group.runs, key=lambda run: run.seed)
-            curves = [metric_curve(read_metrics(run.workdir), name) for run in runs]
+            curves = [metric_curve(metrics_of[run.workdir], name) for run in runs]
             row = summarize_metric(
                 group.label, curves, name, window=window, num_resamples=num_resamples
             )
