@@ -18,6 +18,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.deadline import DEADLINE_VARIABLE, parse_deadline, skip_reason  # noqa: E402
 from tests.heavy import is_heavy  # noqa: E402
 
 # Tests compare against float32 references; keep matmuls at full precision on every backend.
@@ -35,12 +36,30 @@ jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
+_DEADLINE_KEY = pytest.StashKey[float | None]()
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items):
     """Marks the tests `tests/heavy.py` lists `heavy` (the target `-m heavy` runs)."""
     for item in items:
         if is_heavy(item.nodeid):
             item.add_marker(pytest.mark.heavy)
+
+
+def pytest_configure(config):
+    """Reads the target's time budget (`tests/deadline.py`); a malformed one stops the run."""
+    try:
+        config.stash[_DEADLINE_KEY] = parse_deadline(os.environ.get(DEADLINE_VARIABLE))
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def pytest_runtest_setup(item):
+    """Skips a test that would start after the target's deadline, saying so."""
+    reason = skip_reason(item.config.stash.get(_DEADLINE_KEY, None))
+    if reason is not None:
+        pytest.skip(f"{item.nodeid} {reason}")  # the id, so the summary lists each test
 
 
 def pytest_report_header(config):
