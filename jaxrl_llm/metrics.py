@@ -32,6 +32,11 @@ def _flags(values: Any) -> list[int]:
     return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
+def _logged_after(line: str, step: int) -> bool:
+    """Whether a JSONL row was logged for a step after `step` (blank lines are not)."""
+    return bool(line.strip()) and int(json.loads(line)["step"]) > step
+
+
 class MetricsWriter:
     """Writes scalar metrics and text samples of a run under `workdir`.
 
@@ -67,6 +72,34 @@ class MetricsWriter:
                     f.truncate(cut)
                 log.warning("%s ended with a torn line; moved it to %s.torn", path, path)
         return open(path, "a")
+
+    def rewind(self, step: int) -> int:
+        """Takes back what a killed process logged after its last checkpoint: the rows of
+        `metrics.jsonl`, `samples.jsonl` and `eval_questions.jsonl` whose step is after `step`
+        move to `<file>.superseded` (kept, in order), so a resumed run logs each step once.
+        `step` is the restored step (-1: none restored, every row goes). TensorBoard events are
+        left as written. Returns how many rows moved."""
+        moved = 0
+        for attr in ("_metrics", "_samples", "_questions"):
+            handle = getattr(self, attr)
+            path = handle.name
+            handle.close()
+            with open(path) as f:
+                lines = f.readlines()
+            kept = [line for line in lines if not _logged_after(line, step)]
+            if len(kept) < len(lines):
+                with open(path + ".superseded", "a") as f:
+                    f.writelines(line for line in lines if _logged_after(line, step))
+                with open(path + ".tmp", "w") as f:
+                    f.writelines(kept)
+                os.replace(path + ".tmp", path)  # a kill mid-rewrite leaves the old file
+                moved += len(lines) - len(kept)
+            setattr(self, attr, open(path, "a"))
+        if moved:
+            log.warning(
+                "%s: %d rows logged after step %d moved to *.superseded", self.workdir, moved, step
+            )
+        return moved
 
     def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> dict[str, float]:
         """Appends one JSON line `{"step": step, **scalars}` and the TensorBoard scalars."""

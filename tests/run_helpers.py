@@ -29,11 +29,13 @@ def start_main(config_path: str, workdir, *flags: str, script: str | None = None
 
 
 def rows_by_step(workdir) -> dict[int, dict]:
-    """The last training row of each step (a resumed run rewrites the steps it redoes), without
-    the process-dependent keys (`is_process_dependent`: timings)."""
+    """The training row of each step, without the process-dependent keys
+    (`is_process_dependent`: timings); fails when a step was logged twice (a resumed run moves
+    what the killed process logged after its checkpoint to `metrics.jsonl.superseded`)."""
     rows = {}
     for row in read_metrics(str(workdir)):
         if "train/rows" in row:
+            assert row["step"] not in rows, f"{workdir}: step {row['step']} logged twice"
             rows[row["step"]] = {k: v for k, v in row.items() if not is_process_dependent(k)}
     return rows
 

@@ -117,6 +117,8 @@ class CheckpointHook(Hook):
             run.load_state_tree(tree)
             run.meta.update(meta)
             print(f"[jaxrl_llm] resumed from {self.checkpointer.directory} at step {meta['step']}")
+        # steps logged after the restored one (or any, when none restored) are logged again
+        run.writer.rewind(run.meta["step"] if restored is not None else -1)
         if self.num_steps is not None:
             self.checkpointer.ensure_space(
                 run.state_tree(),

@@ -190,6 +190,7 @@ def fit(
         learner.state, saves=saves_left(meta["step"], num_steps=num_steps, every=checkpoint_every)
     )
     writer = MetricsWriter(workdir)
+    writer.rewind(meta["step"] if restored is not None else -1)  # log each step once
     if meta["before"] is None:
         meta["before"] = evaluate("before")
         writer.write_scalars(0, meta["before"])

@@ -17,7 +17,9 @@ SFT_TINY = os.path.join(ROOT, "experiments", "configs", "sft_tiny.py")
 
 
 def _losses(workdir):
-    return {r["step"]: r["train/loss"] for r in read_metrics(str(workdir)) if "train/loss" in r}
+    rows = [r for r in read_metrics(str(workdir)) if "train/loss" in r]
+    assert len({r["step"] for r in rows}) == len(rows), "a step logged twice"
+    return {r["step"]: r["train/loss"] for r in rows}
 
 
 def test_sft_lowers_held_out_loss_and_writes_a_loadable_policy(tmp_path):
@@ -38,6 +40,9 @@ def test_sft_resumes_where_it_stopped(tmp_path):
         load_config(SFT_TINY, {"train.num_steps": 6}), str(tmp_path / "whole"), progress=False
     )
     run_stage(load_config(SFT_TINY, {"train.num_steps": 3}), str(tmp_path / "cut"), progress=False)
+    killed_row = '{"step": 4, "train/loss": 99.0}\n'  # logged after checkpoint 3, then killed
+    with open(tmp_path / "cut" / "metrics.jsonl", "a") as f:
+        f.write(killed_row)
     summary = run_stage(
         load_config(SFT_TINY, {"train.num_steps": 6}), str(tmp_path / "cut"), progress=False
     )
@@ -46,6 +51,7 @@ def test_sft_resumes_where_it_stopped(tmp_path):
     for step in whole:
         np.testing.assert_allclose(cut[step], whole[step], rtol=1e-5, err_msg=str(step))
     assert summary["steps"] == 6
+    assert open(tmp_path / "cut" / "metrics.jsonl.superseded").read() == killed_row
 
 
 @pytest.mark.parametrize(
