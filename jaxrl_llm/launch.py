@@ -25,7 +25,7 @@ typo fails the whole sweep at once. Then, under `--sweep_dir`:
 below its own best evaluation: issue 42's rule for a default, which that setting can no longer
 meet (`jaxrl_llm.launch_prune`); `--prune_entropy 0.333` also skips it once one of its runs
 keeps less than a third of its first sampled-token entropy (the issue's done-when for the
-default). Local launcher only; order the sweep setting by setting. `--only 25-29,36` runs just
+default), `--prune_entropy_max 2` once one ends above twice it (a blow-up). Local launcher only; order the sweep setting by setting. `--only 25-29,36` runs just
 those trials of the plan (their indices, the NNN of their names), in the order given, the others
 left as they are: to give a promising setting its remaining seeds first.
 
@@ -140,12 +140,13 @@ def launch(
     rerun: bool = False,
     prune_drop: float | None = None,
     prune_entropy: float | None = None,
+    prune_entropy_max: float | None = None,
     prune_across: Sequence[str] = ("task.",),
     only: Sequence[int] | None = None,
     log: Callable[[str], None] = print,
 ) -> list[TrialResult]:
     """Plans, runs and summarises a sweep (see the module docstring for the layout); with
-    `prune_drop` or `prune_entropy`, the trials of a setting that can no longer qualify are
+    `prune_drop`, `prune_entropy` or `prune_entropy_max`, the trials of a setting that can no longer qualify are
     skipped (`launch_prune.setting_pruner`); with `only`, just the trials of those indices run.
 
     Example:
@@ -165,11 +166,15 @@ def launch(
         python=python,
     )
     skip = None
-    if prune_drop is not None or prune_entropy is not None:
+    if prune_drop is not None or prune_entropy is not None or prune_entropy_max is not None:
         if launcher != "local":
-            raise ValueError("launch: --prune_drop and --prune_entropy need --launcher local.")
+            raise ValueError("launch: the --prune_* flags need --launcher local.")
         skip = setting_pruner(
-            planned, max_drop=prune_drop, min_entropy_ratio=prune_entropy, across=prune_across
+            planned,
+            max_drop=prune_drop,
+            min_entropy_ratio=prune_entropy,
+            max_entropy_ratio=prune_entropy_max,
+            across=prune_across,
         )
     write_plan(
         sweep_dir,
@@ -281,6 +286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sampled entropy (0.333)",
     )
     parser.add_argument(
+        "--prune_entropy_max",
+        type=float,
+        default=None,
+        metavar="RATIO",
+        help="skip a setting's trials once one of its runs ends above RATIO times its first "
+        "sampled entropy (2: a blow-up)",
+    )
+    parser.add_argument(
         "--only",
         default=None,
         metavar="INDICES",
@@ -330,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rerun=args.rerun,
             prune_drop=args.prune_drop,
             prune_entropy=args.prune_entropy,
+            prune_entropy_max=args.prune_entropy_max,
             prune_across=tuple(filter(None, args.prune_across.split(","))),
             only=None if args.only is None else sweeps_lib.parse_int_list(args.only, flag="--only"),
         )

@@ -2,7 +2,9 @@
 points of held-out accuracy below its own best evaluation cannot become the default
 (`jaxrl_llm.report_choice.choose`), so its trials not yet started are skipped; with
 `min_entropy_ratio`, so is a setting one of whose runs keeps less than that share of its first
-sampled-token entropy (the issue's done-when asks the default to keep a third).
+sampled-token entropy (the issue's done-when asks the default to keep a third), and with
+`max_entropy_ratio` one of whose runs ends above that multiple of it (an entropy blow-up: the
+samples turn to noise while the greedy answers may still improve).
 
     skip = setting_pruner(trials, max_drop=3.0, min_entropy_ratio=1 / 3, across=("task.",))
     run_local(trials, skip=skip)   # a skipped trial ends with status "pruned"
@@ -48,17 +50,21 @@ def setting_pruner(
     *,
     max_drop: float | None = None,
     min_entropy_ratio: float | None = None,
+    max_entropy_ratio: float | None = None,
     across: Sequence[str] = ("task.",),
 ) -> Callable[[Trial], str | None]:
     """`skip(trial)`: why a trial is pruned (a finished run of its setting that ended more than
     `max_drop` points below its best, or kept less than `min_entropy_ratio` of its first sampled
-    entropy, named), or None to run it.
+    entropy, or more than `max_entropy_ratio` times it, named), or None to run it.
 
     Raises:
-      ValueError: max_drop not positive, min_entropy_ratio outside (0, 1], or neither given.
+      ValueError: max_drop not positive, min_entropy_ratio outside (0, 1], max_entropy_ratio
+        not above 1, or none given.
     """
-    if max_drop is None and min_entropy_ratio is None:
-        raise ValueError("launch: pruning needs --prune_drop or --prune_entropy.")
+    if max_drop is None and min_entropy_ratio is None and max_entropy_ratio is None:
+        raise ValueError(
+            "launch: pruning needs --prune_drop, --prune_entropy or --prune_entropy_max."
+        )
     if max_drop is not None and not max_drop > 0:
         raise ValueError(
             f"launch: --prune_drop={max_drop} must be > 0 (points of held-out accuracy a run "
@@ -68,6 +74,11 @@ def setting_pruner(
         raise ValueError(
             f"launch: --prune_entropy={min_entropy_ratio} must be in (0, 1] (the share of its "
             "first sampled entropy a run must keep; issue 42 asks a third, 0.333)."
+        )
+    if max_entropy_ratio is not None and not max_entropy_ratio > 1:
+        raise ValueError(
+            f"launch: --prune_entropy_max={max_entropy_ratio} must be > 1 (the multiple of its "
+            "first sampled entropy a run may end at; 2 catches a blow-up)."
         )
 
     def why(workdir: str, name: str) -> str | None:
@@ -81,6 +92,11 @@ def setting_pruner(
         if min_entropy_ratio is not None and ratio is not None and ratio < min_entropy_ratio:
             return (
                 f"{name} kept {ratio:.3f} of its first sampled entropy (< {min_entropy_ratio:.3g})"
+            )
+        if max_entropy_ratio is not None and ratio is not None and ratio > max_entropy_ratio:
+            return (
+                f"{name} ended at {ratio:.3f} times its first sampled entropy "
+                f"(> {max_entropy_ratio:.3g})"
             )
         return None
 

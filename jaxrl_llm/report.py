@@ -41,7 +41,8 @@ evaluation; the chosen one is the qualifying setting of the highest mean gain ov
 setting is labelled by the keys where it leaves the values most settings share; those are listed
 under the table.
 `--min_entropy_ratio 0.333` also asks each seed to keep a third of its first sampled entropy
-(the done-when of issue 42, which a default that loses more cannot meet).
+(the done-when of issue 42, which a default that loses more cannot meet); `--max_entropy_ratio
+2` asks each to end at most at twice it (past that the samples had turned to noise, 2026-11-29).
 
     python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
         --min_entropy_ratio 0.333 --out docs/reports/stabilisers
@@ -377,6 +378,7 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         "best": (mean_curve[best_step], best_step) if best_step is not None else None,
         "worst_drop": max(drops) if drops else None,
         "entropy_ratio": min(entropy_ratios) if len(entropy_ratios) == len(runs) else None,
+        "entropy_ratio_max": max(entropy_ratios) if len(entropy_ratios) == len(runs) else None,
         "hacks": hacks,
         "steps": sorted({r.final_step for r in runs}),
         "wall_min": float(np.mean([r.summary.get("wall_time_s", np.nan) for r in runs])) / 60,
@@ -473,6 +475,7 @@ def choice_markdown(
     chosen: Setting | None,
     max_drop: float,
     min_entropy_ratio: float | None = None,
+    max_entropy_ratio: float | None = None,
 ) -> str:
     """The `--choose_across` table: each setting's gain per task, its worst drop, and why it
     does or does not qualify."""
@@ -481,6 +484,8 @@ def choice_markdown(
         if min_entropy_ratio is None
         else f" and keeps at least {min_entropy_ratio:.2f} of its first sampled entropy"
     )
+    if max_entropy_ratio is not None:
+        entropy_rule += f" and ends at most at {max_entropy_ratio:g} times it"
     lines = [
         "",
         f"Settings (groups joined across tasks), by mean gain over tasks. A setting qualifies "
@@ -639,6 +644,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sampled entropy (issue 42's done-when: 0.333)",
     )
     parser.add_argument(
+        "--max_entropy_ratio",
+        type=float,
+        default=None,
+        metavar="RATIO",
+        help="with --choose_across, a setting's seeds must also end at most at RATIO times "
+        "their first sampled entropy (2: no blow-up)",
+    )
+    parser.add_argument(
         "--start_from",
         metavar="RUN",
         help="every run's 'before' is RUN's step-0 evaluation (a recipe with a stage before "
@@ -710,10 +723,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         text += comparison_markdown(args.against, diffs, family_diffs)
     if args.choose_across:
         max_drop, min_ratio = args.max_drop / 100, args.min_entropy_ratio
+        max_ratio = args.max_entropy_ratio
         settings, chosen = choose(
-            rows, args.choose_across, max_drop=max_drop, min_entropy_ratio=min_ratio
+            rows,
+            args.choose_across,
+            max_drop=max_drop,
+            min_entropy_ratio=min_ratio,
+            max_entropy_ratio=max_ratio,
         )
-        text += choice_markdown(settings, chosen, max_drop, min_ratio)
+        text += choice_markdown(settings, chosen, max_drop, min_ratio, max_ratio)
     text += metrics_text
     print(text)
     if args.out:

@@ -58,6 +58,7 @@ def choose(
     max_drop: float = 0.03,
     min_seeds: int = 3,
     min_entropy_ratio: float | None = None,
+    max_entropy_ratio: float | None = None,
 ) -> tuple[list[Setting], Setting | None]:
     """Issue 42's rule for a new default, over summarized groups (`summarize`).
 
@@ -66,7 +67,8 @@ def choose(
     among `rows`), each of at least `min_seeds` seeds whose worst drop (best held-out
     evaluation minus the last, `summarize`'s `worst_drop`) is at most `max_drop`; with
     `min_entropy_ratio`, also each seed's last sampled entropy at least that share of its first
-    (the issue's done-when asks a third of the default: a setting that loses more cannot meet it).
+    (the issue's done-when asks a third of the default: a setting that loses more cannot meet it);
+    with `max_entropy_ratio`, each seed's last at most that multiple of its first (a blow-up).
 
     Returns:
       (settings, sorted by mean gain over their tasks, highest first; the chosen setting: the
@@ -130,6 +132,12 @@ def choose(
                     reasons.append(
                         f"{task}: a seed keeps {ratio:.3f} of its first sampled entropy "
                         f"(< {min_entropy_ratio:.3g})"
+                    )
+            if max_entropy_ratio is not None and row.get("entropy_ratio_max") is not None:
+                if row["entropy_ratio_max"] > max_entropy_ratio:
+                    reasons.append(
+                        f"{task}: a seed ends at {row['entropy_ratio_max']:.3f} times its first "
+                        f"sampled entropy (> {max_entropy_ratio:g})"
                     )
         mean_gain = float(np.mean([row["gain"].mean for row in group]))
         out.append(Setting(label, setting_values, cells, mean_gain, reasons))

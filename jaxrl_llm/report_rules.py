@@ -42,6 +42,8 @@ ADDED_KEYS = {
     "stabilise.clip_cov_fraction": ("stabilise.entropy_max_coef", 0.0),
     "stabilise.clip_cov_low": ("stabilise.entropy_max_coef", 1.0),
     "stabilise.clip_cov_high": ("stabilise.entropy_max_coef", 5.0),
+    # the entropy target as a share of the first step's entropy (2026-11-29), off before
+    "stabilise.entropy_target_ratio": ("stabilise.entropy_max_coef", 0.0),
 }
 
 

@@ -318,6 +318,14 @@ def trl_arguments(config, *, max_steps: int, output_dir: str, nearest: bool = Fa
             stabilise.entropy_target != 0 and not nearest,
             "0, or pass --trl-nearest (TRL's Skywork-OR1 adaptive entropy)",
         ),
+        "config.stabilise.entropy_target_ratio": (
+            stabilise.get("entropy_target_ratio", 0.0) != 0,
+            "0 (TRL's adaptive entropy takes its target in nats: set entropy_target)",
+        ),
+        "config.stabilise.clip_cov_fraction": (
+            stabilise.get("clip_cov_fraction", 0.0) != 0,
+            "0 (TRL's GRPOTrainer has no Clip-Cov)",
+        ),
         "config.off_policy.correction": (config.off_policy.correction != "none", "'none'"),
         "config.async_rl.enabled": (config.async_rl.enabled, "False"),
         "config.env.name": (bool(config.env.name), "'' (single-turn prompts)"),

@@ -20,6 +20,11 @@ samples stop exploring. The remedies, each off by default:
 - An entropy coefficient adapted to a target entropy H* by dual ascent on log c, as SAC's
   automatic temperature ("Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905,
   eq. 18): log c <- log c + rate * (H* - H), clipped to [c_min, c_max] (`entropy_control`).
+  H* is given in nats (`entropy_target`) or as a share of the run's first measured entropy
+  (`entropy_target_ratio`), as discrete SAC sets it as a share of the largest entropy
+  (Christodoulou, "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207, sec. 3):
+  a base model's sampled entropy differs by task (1.4-1.9 nats for SmolLM2 on the tuning tasks),
+  so a target in nats sits at a different share of each.
 - Clip-Cov ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
   arXiv:2505.22617): the policy-gradient term drops a random `clip_cov_fraction` of
   the loss tokens among those whose log-prob and advantage covary within [clip_cov_low,
@@ -80,6 +85,9 @@ def stabilisers_section() -> ml_collections.ConfigDict:
     # tens of steps to climb back once entropy falls under the target (a floor at the starting
     # coefficient keeps it ready).
     c.entropy_target = 0.0
+    # Or the target as a share of the first trained step's entropy (0 off; in (0, 1); not with
+    # entropy_target): 0.5 holds the policy near half of its starting entropy.
+    c.entropy_target_ratio = 0.0
     c.entropy_rate = 0.5
     c.entropy_max_coef = 0.05
     c.entropy_min_coef = 1e-6
@@ -133,7 +141,17 @@ def validate_stabilisers(config: ml_collections.ConfigDict, *, vocab_size: int |
     _validate_clip_cov(config)
     if s.entropy_target < 0:
         raise ValueError(f"config.stabilise.entropy_target={s.entropy_target} must be >= 0.")
-    if s.entropy_target > 0:
+    if not 0 <= s.entropy_target_ratio < 1:
+        raise ValueError(
+            f"config.stabilise.entropy_target_ratio={s.entropy_target_ratio} must lie in [0, 1): "
+            "the share of the first step's entropy to hold (0 turns it off; 0.5 holds half)."
+        )
+    if s.entropy_target > 0 and s.entropy_target_ratio > 0:
+        raise ValueError(
+            f"config.stabilise.entropy_target={s.entropy_target} and entropy_target_ratio="
+            f"{s.entropy_target_ratio} both set the entropy target: set one of them to 0."
+        )
+    if s.entropy_target > 0 or s.entropy_target_ratio > 0:
         if vocab_size is not None and s.entropy_target >= math.log(vocab_size):
             raise ValueError(
                 f"config.stabilise.entropy_target={s.entropy_target} must lie in (0, log V = "
@@ -154,7 +172,8 @@ def validate_stabilisers(config: ml_collections.ConfigDict, *, vocab_size: int |
         if not low <= config.loss.entropy_coef <= high:
             raise ValueError(
                 f"config.loss.entropy_coef={config.loss.entropy_coef} is where the adaptive "
-                f"entropy weight starts (config.stabilise.entropy_target={s.entropy_target} > 0): "
+                "entropy weight starts (config.stabilise.entropy_target or entropy_target_ratio "
+                "> 0): "
                 f"it must start in [entropy_min_coef={low}, entropy_max_coef={high}]; set "
                 "config.loss.entropy_coef within it (or the bounds around it)."
             )

@@ -12,10 +12,11 @@ runners (any algorithm; each stabiliser checks it applies in `validate_stabilise
     prepare(batch)            the adaptive entropy coefficient as a per-row batch field;
                               Clip-Cov's per-token uniform draws (`token_noise`)
     observe(train_scalars)    updates the coefficient from the step's entropy (not after a step
-                              whose rows were all masked)
+                              whose rows were all masked); with `entropy_target_ratio` the
+                              first such step also sets the target
 
-Its state (the entropy coefficient, the count of Clip-Cov's draws) lives in the run's
-checkpointed `meta`, so a resumed run continues both.
+Its state (the entropy coefficient and target, the count of Clip-Cov's draws) lives in the
+run's checkpointed `meta`, so a resumed run continues them.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from jaxrl_llm.rollout.types import FinishReason
 __all__ = ["StepStabilisers", "take_groups"]
 
 META_KEY = "entropy_coef"
+TARGET_KEY = "entropy_target"  # nats; set by the first observed step under entropy_target_ratio
 NOISE_DRAWS_KEY = "clip_cov_draws"
 
 
@@ -157,16 +159,21 @@ class StepStabilisers:
         self.config, self.pad_id, self.meta = config, pad_id, meta
         validate_stabilisers(config, vocab_size=vocab_size)
         s = config.stabilise
-        self.control = None
-        if s.entropy_target > 0:
-            self.control = entropy_control(
-                initial_coef=config.loss.entropy_coef,
-                target=s.entropy_target,
-                rate=s.entropy_rate,
-                max_coef=s.entropy_max_coef,
-                min_coef=s.entropy_min_coef,
-            )
-            meta.setdefault(META_KEY, self.control.init().coef)
+        self.adaptive = s.entropy_target > 0 or s.entropy_target_ratio > 0
+        if self.adaptive:
+            meta.setdefault(META_KEY, float(config.loss.entropy_coef))
+            if s.entropy_target > 0:
+                meta[TARGET_KEY] = float(s.entropy_target)
+
+    def _control(self, target: float):
+        s = self.config.stabilise
+        return entropy_control(
+            initial_coef=self.config.loss.entropy_coef,
+            target=target,
+            rate=s.entropy_rate,
+            max_coef=s.entropy_max_coef,
+            min_coef=s.entropy_min_coef,
+        )
 
     def collect(self, generate_round: Callable[[int], Any]) -> tuple[Any, dict[str, float]]:
         """A step's `Generated` (see the module docstring) and its stabiliser metrics."""
@@ -227,7 +234,7 @@ class StepStabilisers:
         The draws of the k-th prepared batch of a run come from the generator seeded with
         (config.seed, k), k counted in `meta`: a run and its resumption draw the same.
         """
-        if self.control is not None:
+        if self.adaptive:
             rows = batch.tokens.shape[0]
             coef = jnp.full((rows,), self.meta[META_KEY], jnp.float32)
             batch = batch._replace(entropy_coef=coef)
@@ -244,13 +251,18 @@ class StepStabilisers:
     ) -> dict[str, float]:
         """Updates the entropy coefficient from the step's `train/entropy`; its metrics. A step
         with no token in its loss (every group tied, so every row masked) measured no entropy
-        and leaves the coefficient as it was."""
-        if self.control is None or "train/entropy" not in train_scalars or not trained_tokens:
+        and leaves the coefficient as it was. Under `entropy_target_ratio` the first measured
+        step sets the target: that share of its entropy (so its own update is
+        log c += rate x (ratio - 1) x H, a step down)."""
+        if not self.adaptive or "train/entropy" not in train_scalars or not trained_tokens:
             return {}
-        used = self.meta[META_KEY]
-        state = self.control.update(EntropyControlState(used), train_scalars["train/entropy"])
+        entropy = float(train_scalars["train/entropy"])
+        if TARGET_KEY not in self.meta:
+            self.meta[TARGET_KEY] = self.config.stabilise.entropy_target_ratio * entropy
+        used, target = self.meta[META_KEY], self.meta[TARGET_KEY]
+        state = self._control(target).update(EntropyControlState(used), entropy)
         self.meta[META_KEY] = state.coef
-        return {"stabilise/entropy_coef": used}
+        return {"stabilise/entropy_coef": used, "stabilise/entropy_target": target}
 
 
 def _without_loss(generated, rows_b: np.ndarray):

@@ -287,3 +287,45 @@ def test_clip_cov_draws_are_new_each_step_and_the_same_on_resume():
     assert not np.array_equal(np.asarray(other_seed.prepare(batch).token_noise), first)
     config.stabilise.clip_cov_fraction = 0.0
     assert StepStabilisers(config, pad_id=0, meta={}).prepare(batch).token_noise is None
+
+
+def test_an_entropy_target_ratio_takes_its_target_from_the_first_measured_step():
+    """`entropy_target_ratio`: the target is that share of the first step whose rows carried a
+    loss; it is kept in the run's meta, so a resumed run keeps it rather than re-measuring."""
+    from jaxrl_llm.runners.stabilisers import META_KEY, TARGET_KEY, StepStabilisers
+
+    config = config_for("grpo")
+    config.stabilise.entropy_target_ratio, config.stabilise.entropy_rate = 0.5, 2.0
+    config.loss.entropy_coef = config.stabilise.entropy_min_coef = 0.005
+    config.stabilise.entropy_max_coef = 0.5
+    meta = {}
+    control = StepStabilisers(config, pad_id=0, meta=meta)
+    assert control.observe({"train/entropy": 0.0}, trained_tokens=False) == {}
+    assert TARGET_KEY not in meta  # an all-masked step measured nothing
+    first = control.observe({"train/entropy": 1.6})
+    assert first == {"stabilise/entropy_coef": 0.005, "stabilise/entropy_target": 0.8}
+    assert meta[META_KEY] == 0.005  # above the target: held at the floor
+    control.observe({"train/entropy": 0.5})  # 0.3 nats under: x exp(2 x 0.3)
+    assert meta[META_KEY] == pytest.approx(0.005 * math.exp(0.6))
+    resumed = StepStabilisers(config, pad_id=0, meta=dict(meta))
+    assert resumed.observe({"train/entropy": 2.0})["stabilise/entropy_target"] == 0.8
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"entropy_target_ratio": 1.0}, r"entropy_target_ratio=1.0 must lie in \[0, 1\)"),
+        ({"entropy_target_ratio": -0.1}, r"entropy_target_ratio=-0.1 must lie in \[0, 1\)"),
+        (
+            {"entropy_target_ratio": 0.5, "entropy_target": 0.7},
+            "both set the entropy target: set one of them to 0",
+        ),
+        ({"entropy_target_ratio": 0.5, "entropy_rate": 0.0}, "entropy_rate=0.0 must be > 0"),
+    ],
+)
+def test_bad_entropy_target_ratio_settings_name_the_field(fields, message):
+    config = config_for("grpo")
+    for name, value in fields.items():
+        setattr(config.stabilise, name, value)
+    with pytest.raises(ValueError, match=message):
+        validate_stabilisers(config)

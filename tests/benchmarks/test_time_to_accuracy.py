@@ -133,6 +133,8 @@ def test_trl_arguments_mirror_the_plain_recipe():
 
 
 def test_trl_nearest_gives_the_stable_recipe_trls_counterparts():
+    from jaxrl_llm.config import apply_overrides
+
     race = tta.Race(0.35, 60.0, 5, 30)
     config = tta.race_config(tta.DEFAULT_CONFIG, {}, race)  # the main job: "stable"
     with pytest.raises(ValueError, match=r"config\.loss\.entropy_coef .* --trl-nearest"):
@@ -158,6 +160,11 @@ def test_trl_nearest_gives_the_stable_recipe_trls_counterparts():
     assert len(differences) == 2
     assert differences[0].startswith("dynamic sampling: ours resamples tied groups (at most 3")
     assert "always applied; TRL's +-0.005 a step" in differences[1]
+    # no TRL twin, nearest or not: a target as a share of the first entropy, Clip-Cov
+    for field, value in [("entropy_target_ratio", 0.5), ("clip_cov_fraction", 0.1)]:
+        other = apply_overrides(config.copy_and_resolve_references(), {f"stabilise.{field}": value})
+        with pytest.raises(ValueError, match=rf"config\.stabilise\.{field} .* set it to 0"):
+            tta.trl_arguments(other, max_steps=30, output_dir="out", nearest=True)
     trl = pytest.importorskip("trl")
     trl.GRPOConfig(**args)  # TRL takes every keyword (its version has them)
 

@@ -289,6 +289,29 @@ def test_choose_with_the_entropy_criterion(tmp_path, capsys):
     assert "Chosen: optimizer.learning_rate=3e-05." in out
 
 
+def test_choose_with_an_entropy_ceiling(tmp_path, capsys):
+    """With --max_entropy_ratio 2, a setting one of whose seeds ends at 2.5 times its first
+    sampled entropy (a blow-up) does not qualify, though its gain is the highest."""
+    for seed in range(3):
+        for task in ("chain_sum", "gcd"):
+            make_run(tmp_path / "s" / f"hi_{task}_{seed}", seed=seed, task=task, lr=1e-4,
+                     after=0.6, entropy=(0.8, 2.0 if seed == 1 else 0.8))  # fmt: skip
+            make_run(tmp_path / "s" / f"lo_{task}_{seed}", seed=seed, task=task, lr=3e-5,
+                     after=0.4, entropy=(0.8, 1.6))  # fmt: skip
+    rows = [
+        report.summarize(g, num_resamples=100) for g in report.collect_groups([str(tmp_path / "s")])
+    ]
+    settings, chosen = report_choice.choose(rows, min_entropy_ratio=1 / 3, max_entropy_ratio=2)
+    assert chosen.label == "optimizer.learning_rate=3e-05"  # exactly twice: within
+    hi = next(s for s in settings if s.label == "optimizer.learning_rate=0.0001")
+    assert "task.name=gcd: a seed ends at 2.500 times its first sampled entropy (> 2)" in hi.reasons
+    args = [str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "100"]
+    assert report.main([*args, "--max_entropy_ratio", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ends at most at 2 times it" in out
+    assert "Chosen: optimizer.learning_rate=3e-05." in out
+
+
 def test_common_values_are_what_more_than_half_share():
     configs = [{"a": 1, "b": [2, 3]}, {"a": 1, "b": [2, 3]}, {"a": 2, "b": [4]}, {"b": [2, 3]}]
     assert report_choice.common_values(configs) == {"b": [2, 3]}  # a=1: 2 of 4, not a majority

@@ -251,7 +251,9 @@ def test_prune_skips_a_setting_once_a_run_falls_from_its_best(tmp_path):
         launch_prune.setting_pruner(trials, max_drop=0.0)
     with pytest.raises(ValueError, match="--prune_entropy=1.5 must be in"):
         launch_prune.setting_pruner(trials, min_entropy_ratio=1.5)
-    with pytest.raises(ValueError, match="needs --prune_drop or --prune_entropy"):
+    with pytest.raises(
+        ValueError, match="needs --prune_drop, --prune_entropy or --prune_entropy_max"
+    ):
         launch_prune.setting_pruner(trials)
 
 
@@ -276,6 +278,34 @@ def test_prune_on_entropy_and_a_drop_of_exactly_the_limit(tmp_path):
     skip = launch_prune.setting_pruner(trials, max_drop=3.0, min_entropy_ratio=0.333)
     assert skip(trials[1]) == "000 kept 0.070 of its first sampled entropy (< 0.333)"
     assert skip(trials[2]) is None  # another setting
+
+
+def test_prune_on_an_entropy_blow_up(tmp_path):
+    """A run that ends at 2.5 times its first sampled entropy prunes its setting under
+    --prune_entropy_max 2; one at exactly twice it does not."""
+    setting = {"stabilise.clip_cov_fraction": 0.1, "task.name": "gcd"}
+    specs = [
+        ({**setting, "seed": 0}, [0.03, 0.35], (1.6, 4.0)),
+        ({**setting, "seed": 1}, [0.03, 0.3], (1.6, 1.6)),
+        (
+            {"stabilise.clip_cov_fraction": 0.05, "task.name": "gcd", "seed": 0},
+            [0.03, 0.3],
+            (1.5, 3.0),
+        ),  # fmt: skip
+        (
+            {"stabilise.clip_cov_fraction": 0.05, "task.name": "gcd", "seed": 1},
+            [0.03, 0.3],
+            (1.5, 1.5),
+        ),  # fmt: skip
+    ]
+    trials = [_curve_trial(tmp_path, i, o, c, e) for i, (o, c, e) in enumerate(specs)]
+    launch_backends.run_local([trials[0], trials[2]], poll_s=0.02, log=lambda _: None)
+    skip = launch_prune.setting_pruner(trials, max_entropy_ratio=2.0)
+    assert skip(trials[1]) == "000 ended at 2.500 times its first sampled entropy (> 2)"
+    assert skip(trials[3]) is None
+    assert launch_prune.setting_pruner(trials, min_entropy_ratio=0.333)(trials[1]) is None
+    with pytest.raises(ValueError, match="--prune_entropy_max=1.0 must be > 1"):
+        launch_prune.setting_pruner(trials, max_entropy_ratio=1.0)
 
 
 def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
