@@ -265,50 +265,41 @@ def test_hacks_column_reads_the_answers_the_writer_keeps(tmp_path, capsys):
     assert report.hacks_cell(report.summarize(group, num_resamples=100)["hacks"]) == "not kept"
 
 
-def test_choose_with_the_entropy_criterion(tmp_path, capsys):
-    """With --min_entropy_ratio, a setting one of whose seeds keeps 0.1 of its first sampled
-    entropy does not qualify, though its gain is the highest."""
+@pytest.mark.parametrize(
+    "hi_last, lo_last, rule, flag, reason, rule_text",
+    [
+        # a seed keeping 0.1 of its first entropy: under the floor
+        (0.08, 0.4, {"min_entropy_ratio": 1 / 3}, ["--min_entropy_ratio", "0.333"],
+         "a seed keeps 0.100 of its first sampled entropy (< 0.333)",
+         "keeps at least 0.33 of its first sampled entropy"),
+        # a seed ending at 2.5 times it (a blow-up): over the ceiling; exactly twice is within
+        (2.0, 1.6, {"max_entropy_ratio": 2}, ["--max_entropy_ratio", "2"],
+         "a seed ends at 2.500 times its first sampled entropy (> 2)", "ends at most at 2 times it"),
+    ],
+)  # fmt: skip
+def test_choose_with_an_entropy_rule(tmp_path, capsys, hi_last, lo_last, rule, flag, reason,
+                                     rule_text):  # fmt: skip
+    """With --min_entropy_ratio (--max_entropy_ratio), a setting one of whose seeds ends under
+    (over) that share of its first sampled entropy does not qualify, though its gain is the
+    highest."""
     for seed in range(3):
         for task in ("chain_sum", "gcd"):
             make_run(tmp_path / "s" / f"hi_{task}_{seed}", seed=seed, task=task, lr=1e-4,
-                     after=0.6, entropy=(0.8, 0.08 if seed == 2 else 0.5))  # fmt: skip
+                     after=0.6, entropy=(0.8, hi_last if seed == 2 else 0.5))  # fmt: skip
             make_run(tmp_path / "s" / f"lo_{task}_{seed}", seed=seed, task=task, lr=3e-5,
-                     after=0.4, entropy=(0.8, 0.4))  # fmt: skip
+                     after=0.4, entropy=(0.8, lo_last))  # fmt: skip
     rows = [
         report.summarize(g, num_resamples=100) for g in report.collect_groups([str(tmp_path / "s")])
     ]
     assert report_choice.choose(rows)[1].label == "optimizer.learning_rate=0.0001"
-    settings, chosen = report_choice.choose(rows, min_entropy_ratio=1 / 3)
+    settings, chosen = report_choice.choose(rows, **rule)
     assert chosen.label == "optimizer.learning_rate=3e-05"
     hi = next(s for s in settings if s.label == "optimizer.learning_rate=0.0001")
-    assert "task.name=gcd: a seed keeps 0.100 of its first sampled entropy (< 0.333)" in hi.reasons
+    assert f"task.name=gcd: {reason}" in hi.reasons
     args = [str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "100"]
-    assert report.main([*args, "--min_entropy_ratio", "0.333"]) == 0
+    assert report.main([*args, *flag]) == 0
     out = capsys.readouterr().out
-    assert "keeps at least 0.33 of its first sampled entropy" in out
-    assert "Chosen: optimizer.learning_rate=3e-05." in out
-
-
-def test_choose_with_an_entropy_ceiling(tmp_path, capsys):
-    """With --max_entropy_ratio 2, a setting one of whose seeds ends at 2.5 times its first
-    sampled entropy (a blow-up) does not qualify, though its gain is the highest."""
-    for seed in range(3):
-        for task in ("chain_sum", "gcd"):
-            make_run(tmp_path / "s" / f"hi_{task}_{seed}", seed=seed, task=task, lr=1e-4,
-                     after=0.6, entropy=(0.8, 2.0 if seed == 1 else 0.8))  # fmt: skip
-            make_run(tmp_path / "s" / f"lo_{task}_{seed}", seed=seed, task=task, lr=3e-5,
-                     after=0.4, entropy=(0.8, 1.6))  # fmt: skip
-    rows = [
-        report.summarize(g, num_resamples=100) for g in report.collect_groups([str(tmp_path / "s")])
-    ]
-    settings, chosen = report_choice.choose(rows, min_entropy_ratio=1 / 3, max_entropy_ratio=2)
-    assert chosen.label == "optimizer.learning_rate=3e-05"  # exactly twice: within
-    hi = next(s for s in settings if s.label == "optimizer.learning_rate=0.0001")
-    assert "task.name=gcd: a seed ends at 2.500 times its first sampled entropy (> 2)" in hi.reasons
-    args = [str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "100"]
-    assert report.main([*args, "--max_entropy_ratio", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "ends at most at 2 times it" in out
+    assert rule_text in out
     assert "Chosen: optimizer.learning_rate=3e-05." in out
 
 
