@@ -25,9 +25,10 @@ typo fails the whole sweep at once. Then, under `--sweep_dir`:
 below its own best evaluation: issue 42's rule for a default, which that setting can no longer
 meet (`jaxrl_llm.launch_prune`); `--prune_entropy 0.333` also skips it once one of its runs
 keeps less than a third of its first sampled-token entropy (the issue's done-when for the
-default), `--prune_entropy_max 2` once one ends above twice it (a blow-up). Local launcher only; order the sweep setting by setting. `--only 25-29,36` runs just
-those trials of the plan (their indices, the NNN of their names), in the order given, the others
-left as they are: to give a promising setting its remaining seeds first.
+default), `--prune_entropy_max 2` once one ends above twice it (a blow-up). Local launcher only;
+order the sweep setting by setting. `--only 25-29,36` runs just those trials of the plan (their
+indices, the NNN of their names), in the order given, the others left as they are: to give a
+promising setting its remaining seeds first.
 
 A trial whose `summary.json` already records the configured number of steps is reused, not rerun;
 any other trial runs and resumes from its latest checkpoint. `--launcher xmanager` sends the same
@@ -146,8 +147,9 @@ def launch(
     log: Callable[[str], None] = print,
 ) -> list[TrialResult]:
     """Plans, runs and summarises a sweep (see the module docstring for the layout); with
-    `prune_drop`, `prune_entropy` or `prune_entropy_max`, the trials of a setting that can no longer qualify are
-    skipped (`launch_prune.setting_pruner`); with `only`, just the trials of those indices run.
+    `prune_drop`, `prune_entropy` or `prune_entropy_max`, the trials of a setting that can no
+    longer qualify are skipped (`launch_prune.setting_pruner`); with `only`, just the trials of
+    those indices run.
 
     Example:
       >>> from jaxrl_llm.sweeps import axis

@@ -19,7 +19,7 @@ remaining runs skipped once one run breaks either rule:
       --out docs/reports/entropy_levers
 
 A run may also lose a setting by the opposite failure: Clip-Cov 10% on gcd seed 0 went from
-1.54 to 3.96 nats per sampled token while its greedy accuracy still rose, its samples noise
+1.54 to 3.71 nats per sampled token while its greedy accuracy still rose, its samples noise
 (docs/recipe.md), hence `--prune_entropy_max 2` (and the report's `--max_entropy_ratio 2`).
 
 (the stable recipe's own six runs are the stabiliser sweep's trials 042-047, same config, so

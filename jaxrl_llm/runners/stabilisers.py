@@ -41,7 +41,7 @@ from jaxrl_llm.rollout.types import FinishReason
 __all__ = ["StepStabilisers", "take_groups"]
 
 META_KEY = "entropy_coef"
-TARGET_KEY = "entropy_target"  # nats; set by the first observed step under entropy_target_ratio
+TARGET_KEY = "entropy_target"  # nats, set by the first measured step under entropy_target_ratio
 NOISE_DRAWS_KEY = "clip_cov_draws"
 
 
@@ -162,8 +162,6 @@ class StepStabilisers:
         self.adaptive = s.entropy_target > 0 or s.entropy_target_ratio > 0
         if self.adaptive:
             meta.setdefault(META_KEY, float(config.loss.entropy_coef))
-            if s.entropy_target > 0:
-                meta[TARGET_KEY] = float(s.entropy_target)
 
     def _control(self, target: float):
         s = self.config.stabilise
@@ -256,10 +254,12 @@ class StepStabilisers:
         log c += rate x (ratio - 1) x H, a step down)."""
         if not self.adaptive or "train/entropy" not in train_scalars or not trained_tokens:
             return {}
-        entropy = float(train_scalars["train/entropy"])
-        if TARGET_KEY not in self.meta:
-            self.meta[TARGET_KEY] = self.config.stabilise.entropy_target_ratio * entropy
-        used, target = self.meta[META_KEY], self.meta[TARGET_KEY]
+        s, entropy = self.config.stabilise, float(train_scalars["train/entropy"])
+        if s.entropy_target > 0:  # in nats: the config's, also on a resumed run
+            target = float(s.entropy_target)
+        else:
+            target = self.meta.setdefault(TARGET_KEY, s.entropy_target_ratio * entropy)
+        used = self.meta[META_KEY]
         state = self._control(target).update(EntropyControlState(used), entropy)
         self.meta[META_KEY] = state.coef
         return {"stabilise/entropy_coef": used, "stabilise/entropy_target": target}
