@@ -84,16 +84,17 @@ class MetricsWriter:
             handle = getattr(self, attr)
             path = handle.name
             handle.close()
+            kept, later = [], []
             with open(path) as f:
-                lines = f.readlines()
-            kept = [line for line in lines if not _logged_after(line, step)]
-            if len(kept) < len(lines):
+                for line in f:
+                    (later if _logged_after(line, step) else kept).append(line)
+            if later:
                 with open(path + ".superseded", "a") as f:
-                    f.writelines(line for line in lines if _logged_after(line, step))
+                    f.writelines(later)
                 with open(path + ".tmp", "w") as f:
                     f.writelines(kept)
                 os.replace(path + ".tmp", path)  # a kill mid-rewrite leaves the old file
-                moved += len(lines) - len(kept)
+                moved += len(later)
             setattr(self, attr, open(path, "a"))
         if moved:
             log.warning(
