@@ -44,6 +44,11 @@ ADDED_KEYS = {
     "stabilise.clip_cov_high": ("stabilise.entropy_max_coef", 5.0),
     # the entropy target as a share of the first step's entropy (2026-11-29), off before
     "stabilise.entropy_target_ratio": ("stabilise.entropy_max_coef", 0.0),
+    # Clip-Cov's share adapted toward an entropy target (2026-11-29), fixed before
+    "stabilise.clip_cov_target_ratio": ("stabilise.entropy_max_coef", 0.0),
+    "stabilise.clip_cov_rate": ("stabilise.entropy_max_coef", 1.0),
+    "stabilise.clip_cov_min_fraction": ("stabilise.entropy_max_coef", 0.002),
+    "stabilise.clip_cov_max_fraction": ("stabilise.entropy_max_coef", 0.3),
 }
 
 

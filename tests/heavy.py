@@ -43,6 +43,7 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/runners/test_sft_run.py::test_sft_lowers_held_out_loss_and_writes_a_loadable",
         "tests/runners/test_sft_run.py::test_sft_resumes_where_it_stopped",
         "tests/runners/test_stabilised_runs.py::test_clip_cov_run_drops_a_share_of_the_tokens",
+        "tests/runners/test_stabilised_runs.py::test_adaptive_clip_cov_share_steps_with_the",
         "tests/runners/test_stabilised_runs.py::test_dynamic_sampling_soft_overlong_and_adaptive",
         "tests/training/test_mixed_precision.py::test_twenty_adamw_steps_at_1e6_move_every",
         "tests/training/test_sft.py::test_training_lowers_the_loss_and_raises_token_accuracy",

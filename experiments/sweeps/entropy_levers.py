@@ -65,6 +65,22 @@ SETTINGS = concat(
             "loss.entropy_coef": 0.005,
         }
     ),
+    # Clip-Cov's share itself adapted toward 0.8 of the first sampled entropy
+    # (`stabilise.clip_cov_target_ratio`; 0.8 is near the geometric middle of the band the two
+    # rules allow, a third to twice the start): a fixed 10% held chain_sum's entropy (0.43-1.02)
+    # and took gcd's to 2.4x. From 10% the share falls x0.74 a step at 0.3 nats over the target
+    # and rises x1.65 at 0.5 under, within [2%, 30%] (2% is the fixed share that did not inflate
+    # chain_sum; from it two steps at 0.8 nats under reach 10% again)
+    fixed(
+        {
+            **CLIP_COV,
+            "stabilise.clip_cov_fraction": 0.1,
+            "stabilise.clip_cov_target_ratio": 0.8,
+            "stabilise.clip_cov_rate": 1.0,
+            "stabilise.clip_cov_min_fraction": 0.02,
+            "stabilise.clip_cov_max_fraction": 0.3,
+        }
+    ),
 )
 
 

@@ -43,6 +43,9 @@ class PolicyBatch(NamedTuple):
       token_noise: float32 [M, T] uniform [0, 1) draws, new every step, from which Clip-Cov
         picks the tokens whose gradient it drops (`config.stabilise.clip_cov_fraction`);
         None without it.
+      clip_cov_fraction: float32 [M] (or [M, T] packed) Clip-Cov's share when it adapts during
+        the run (`config.stabilise.clip_cov_target_ratio`), the same in every row; None: the
+        loss config's constant.
     """
 
     tokens: Array
@@ -57,6 +60,7 @@ class PolicyBatch(NamedTuple):
     rollout_logp: Array | None = None
     entropy_coef: Array | None = None
     token_noise: Array | None = None
+    clip_cov_fraction: Array | None = None
 
 
 def build_batch(

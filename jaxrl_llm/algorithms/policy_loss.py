@@ -96,7 +96,8 @@ class PolicyLossConfig:
       off_policy: the off-policy correction (`jaxrl_llm.algorithms.off_policy`); "none" is the
         PPO ratio against `PolicyBatch.old_logp`.
       clip_cov_fraction: Clip-Cov's r, the share of loss tokens whose policy gradient is
-        dropped (0: off); the batch then carries `token_noise`.
+        dropped (0: off); the batch then carries `token_noise`, and `clip_cov_fraction` when
+        the share adapts (it then replaces this one).
       clip_cov_low, clip_cov_high: Clip-Cov's covariance window [omega_low, omega_high].
     """
 
@@ -221,12 +222,15 @@ def _clip_cov(logp_bt: Array, batch: PolicyBatch, config: PolicyLossConfig):
             "draws per token, new every step); the runners fill it when "
             "config.stabilise.clip_cov_fraction > 0."
         )
+    fraction = config.clip_cov_fraction
+    if batch.clip_cov_fraction is not None:  # adaptive: every row holds the step's share (the
+        fraction = jnp.max(batch.clip_cov_fraction)  # padding of packed rows holds 0)
     cov_bt = losses.token_covariance(logp_bt, batch.advantages, batch.loss_mask)
     chosen_bt, metrics = losses.clip_cov_selection(
         cov_bt,
         batch.loss_mask,
         batch.token_noise,
-        fraction=config.clip_cov_fraction,
+        fraction=fraction,
         low=config.clip_cov_low,
         high=config.clip_cov_high,
     )

@@ -28,7 +28,12 @@ samples stop exploring. The remedies, each off by default:
 - Clip-Cov ("The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
   arXiv:2505.22617): the policy-gradient term drops a random `clip_cov_fraction` of
   the loss tokens among those whose log-prob and advantage covary within [clip_cov_low,
-  clip_cov_high], the tokens that drive entropy down (`jaxrl_llm.losses.covariance`).
+  clip_cov_high], the tokens that drive entropy down (`jaxrl_llm.losses.covariance`). Its
+  share can follow an entropy target by the same dual ascent, on log(share) rather than
+  log(coefficient) (`clip_cov_target_ratio`): raised while entropy is under the target,
+  lowered toward its floor while entropy is over it. A fixed share that holds one task's
+  entropy can inflate another's (10% on gcd took the sampled entropy to 2.4x its start,
+  docs/recipe.md); the target is the brake.
 - KL to the reference (`config.loss.kl_beta`, k3) and a decaying rate
   (`config.optimizer.schedule`) are the loss's and the optimizer's own fields.
 """
@@ -98,6 +103,14 @@ def stabilisers_section() -> ml_collections.ConfigDict:
     c.clip_cov_fraction = 0.0
     c.clip_cov_low = 1.0
     c.clip_cov_high = 5.0
+    # Clip-Cov's share adapted toward a target entropy, given as a share of the first trained
+    # step's entropy (0: the share stays clip_cov_fraction; else in (0, 1]). The share starts at
+    # clip_cov_fraction and each step log(share) += clip_cov_rate x (target - entropy), kept in
+    # [clip_cov_min_fraction, clip_cov_max_fraction].
+    c.clip_cov_target_ratio = 0.0
+    c.clip_cov_rate = 1.0
+    c.clip_cov_min_fraction = 0.002
+    c.clip_cov_max_fraction = 0.3
     return c
 
 
@@ -188,6 +201,12 @@ def _validate_clip_cov(config: ml_collections.ConfigDict) -> None:
             "drops 2%)."
         )
     if s.clip_cov_fraction == 0:
+        if s.clip_cov_target_ratio != 0:
+            raise ValueError(
+                f"config.stabilise.clip_cov_target_ratio={s.clip_cov_target_ratio} adapts "
+                "Clip-Cov's share, which is off (clip_cov_fraction=0): set clip_cov_fraction to "
+                "the starting share (e.g. 0.1) or clip_cov_target_ratio=0."
+            )
         return
     if config.algorithm not in CLIP_COV_ALGORITHMS:
         raise ValueError(
@@ -200,6 +219,26 @@ def _validate_clip_cov(config: ml_collections.ConfigDict) -> None:
             f"config.stabilise.clip_cov_low={s.clip_cov_low} must be below clip_cov_high="
             f"{s.clip_cov_high}: they bound the covariance of the tokens Clip-Cov may drop "
             "(the paper: 1 and 5)."
+        )
+    if s.clip_cov_target_ratio == 0:
+        return
+    if not 0 < s.clip_cov_target_ratio <= 1:
+        raise ValueError(
+            f"config.stabilise.clip_cov_target_ratio={s.clip_cov_target_ratio} must lie in "
+            "[0, 1]: the share of the first step's entropy Clip-Cov's share steers toward (0 "
+            "keeps the share fixed; 0.8 holds 80%)."
+        )
+    if s.clip_cov_rate <= 0:
+        raise ValueError(
+            f"config.stabilise.clip_cov_rate={s.clip_cov_rate} must be > 0: how fast Clip-Cov's "
+            "share adapts (it is multiplied by exp(rate x nats under the target) each step)."
+        )
+    low, high = s.clip_cov_min_fraction, s.clip_cov_max_fraction
+    if not 0 < low <= s.clip_cov_fraction <= high < 1:
+        raise ValueError(
+            f"config.stabilise.clip_cov_fraction={s.clip_cov_fraction} is where the adaptive "
+            f"share starts: it must lie in [clip_cov_min_fraction={low}, clip_cov_max_fraction="
+            f"{high}], with 0 < clip_cov_min_fraction and clip_cov_max_fraction < 1; set them so."
         )
 
 
@@ -266,6 +305,9 @@ def entropy_control(
     *, initial_coef: float, target: float, rate: float, max_coef: float, min_coef: float = 1e-6
 ) -> EntropyControl:
     """Dual ascent on log(coefficient) toward a target entropy (module docstring, SAC eq. 18).
+
+    The "coefficient" is any positive quantity that raises entropy as it grows: the entropy
+    bonus's weight, or Clip-Cov's share of dropped tokens.
 
     Args:
       initial_coef: the coefficient before the first update (> 0).

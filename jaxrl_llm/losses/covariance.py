@@ -63,7 +63,7 @@ def clip_cov_selection(
     mask_bt: jax.Array,
     noise_bt: jax.Array,
     *,
-    fraction: float,
+    fraction: float | jax.Array,
     low: float,
     high: float,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -81,7 +81,8 @@ def clip_cov_selection(
       cov_bt: [B, T] from `token_covariance`.
       mask_bt: [B, T] 1 at the loss tokens.
       noise_bt: [B, T] i.i.d. uniform [0, 1) draws, new every step.
-      fraction: r, the share of the loss tokens to drop, in (0, 1).
+      fraction: r, the share of the loss tokens to drop, in (0, 1): a number, or a scalar
+        array when the share adapts during a run (checked only when a number).
       low, high: the covariance window [omega_low, omega_high].
 
     Returns:
@@ -97,7 +98,8 @@ def clip_cov_selection(
     _checks.same_shape(
         "clip_cov_selection", "[B, T]", cov_bt=cov_bt, mask_bt=mask_bt, noise_bt=noise_bt
     )
-    if not 0 < fraction < 1 or not low < high:
+    bad_fraction = isinstance(fraction, int | float) and not 0 < fraction < 1
+    if bad_fraction or not low < high:
         raise ValueError(
             f"clip_cov_selection: need 0 < fraction < 1 and low < high; got {fraction=}, "
             f"{low=}, {high=}."

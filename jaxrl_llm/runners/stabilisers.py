@@ -10,13 +10,14 @@ runners (any algorithm; each stabiliser checks it applies in `validate_stabilise
                               overlong shaping of the rewards ("soft") or of the loss mask
                               ("filter")
     prepare(batch)            the adaptive entropy coefficient as a per-row batch field;
-                              Clip-Cov's per-token uniform draws (`token_noise`)
-    observe(train_scalars)    updates the coefficient from the step's entropy (not after a step
-                              whose rows were all masked); with `entropy_target_ratio` the
-                              first such step also sets the target
+                              Clip-Cov's per-token uniform draws (`token_noise`) and, when it
+                              adapts, its share as a per-row field
+    observe(train_scalars)    updates the coefficient and Clip-Cov's share from the step's
+                              entropy (not after a step whose rows were all masked); a target
+                              given as a ratio is set by the first such step
 
-Its state (the entropy coefficient and target, the count of Clip-Cov's draws) lives in the
-run's checkpointed `meta`, so a resumed run continues them.
+Its state (the entropy coefficient, Clip-Cov's share, their targets, the count of Clip-Cov's
+draws) lives in the run's checkpointed `meta`, so a resumed run continues them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ __all__ = ["StepStabilisers", "take_groups"]
 META_KEY = "entropy_coef"
 TARGET_KEY = "entropy_target"  # nats, set by the first measured step under entropy_target_ratio
 NOISE_DRAWS_KEY = "clip_cov_draws"
+CLIP_COV_KEY = "clip_cov_fraction"  # Clip-Cov's adaptive share
+CLIP_COV_TARGET_KEY = "clip_cov_target"  # nats, set by the first measured step
 
 
 def _pad_rows(x: np.ndarray, width: int, value) -> np.ndarray:
@@ -162,16 +165,9 @@ class StepStabilisers:
         self.adaptive = s.entropy_target > 0 or s.entropy_target_ratio > 0
         if self.adaptive:
             meta.setdefault(META_KEY, float(config.loss.entropy_coef))
-
-    def _control(self, target: float):
-        s = self.config.stabilise
-        return entropy_control(
-            initial_coef=self.config.loss.entropy_coef,
-            target=target,
-            rate=s.entropy_rate,
-            max_coef=s.entropy_max_coef,
-            min_coef=s.entropy_min_coef,
-        )
+        self.adaptive_clip_cov = s.clip_cov_target_ratio > 0
+        if self.adaptive_clip_cov:
+            meta.setdefault(CLIP_COV_KEY, float(s.clip_cov_fraction))
 
     def collect(self, generate_round: Callable[[int], Any]) -> tuple[Any, dict[str, float]]:
         """A step's `Generated` (see the module docstring) and its stabiliser metrics."""
@@ -236,6 +232,9 @@ class StepStabilisers:
             rows = batch.tokens.shape[0]
             coef = jnp.full((rows,), self.meta[META_KEY], jnp.float32)
             batch = batch._replace(entropy_coef=coef)
+        if self.adaptive_clip_cov:
+            share = jnp.full((batch.tokens.shape[0],), self.meta[CLIP_COV_KEY], jnp.float32)
+            batch = batch._replace(clip_cov_fraction=share)
         if self.config.stabilise.clip_cov_fraction > 0:
             draws = self.meta.get(NOISE_DRAWS_KEY, 0)
             rng = np.random.default_rng([int(self.config.seed), draws])
@@ -247,22 +246,46 @@ class StepStabilisers:
     def observe(
         self, train_scalars: dict[str, float], *, trained_tokens: bool = True
     ) -> dict[str, float]:
-        """Updates the entropy coefficient from the step's `train/entropy`; its metrics. A step
-        with no token in its loss (every group tied, so every row masked) measured no entropy
-        and leaves the coefficient as it was. Under `entropy_target_ratio` the first measured
-        step sets the target: that share of its entropy (so its own update is
-        log c += rate x (ratio - 1) x H, a step down)."""
-        if not self.adaptive or "train/entropy" not in train_scalars or not trained_tokens:
+        """Updates the entropy coefficient and Clip-Cov's share from the step's
+        `train/entropy`; their metrics (the values the step used, and the targets). A step with
+        no token in its loss (every group tied, so every row masked) measured no entropy and
+        leaves both as they were. A target given as a ratio (`entropy_target_ratio`,
+        `clip_cov_target_ratio`) is set by the first measured step: that share of its entropy
+        (so its own update is log c += rate x (ratio - 1) x H, a step down)."""
+        if "train/entropy" not in train_scalars or not trained_tokens:
             return {}
         s, entropy = self.config.stabilise, float(train_scalars["train/entropy"])
-        if s.entropy_target > 0:  # in nats: the config's, also on a resumed run
-            target = float(s.entropy_target)
-        else:
-            target = self.meta.setdefault(TARGET_KEY, s.entropy_target_ratio * entropy)
-        used = self.meta[META_KEY]
-        state = self._control(target).update(EntropyControlState(used), entropy)
-        self.meta[META_KEY] = state.coef
-        return {"stabilise/entropy_coef": used, "stabilise/entropy_target": target}
+        metrics = {}
+        if self.adaptive:
+            if s.entropy_target > 0:  # in nats: the config's, also on a resumed run
+                target = float(s.entropy_target)
+            else:
+                target = self.meta.setdefault(TARGET_KEY, s.entropy_target_ratio * entropy)
+            used = self.meta[META_KEY]
+            control = entropy_control(
+                initial_coef=self.config.loss.entropy_coef,
+                target=target,
+                rate=s.entropy_rate,
+                max_coef=s.entropy_max_coef,
+                min_coef=s.entropy_min_coef,
+            )
+            self.meta[META_KEY] = control.update(EntropyControlState(used), entropy).coef
+            metrics.update({"stabilise/entropy_coef": used, "stabilise/entropy_target": target})
+        if self.adaptive_clip_cov:  # the same dual ascent, on log(share)
+            target = self.meta.setdefault(CLIP_COV_TARGET_KEY, s.clip_cov_target_ratio * entropy)
+            used = self.meta[CLIP_COV_KEY]
+            control = entropy_control(
+                initial_coef=s.clip_cov_fraction,
+                target=target,
+                rate=s.clip_cov_rate,
+                max_coef=s.clip_cov_max_fraction,
+                min_coef=s.clip_cov_min_fraction,
+            )
+            self.meta[CLIP_COV_KEY] = control.update(EntropyControlState(used), entropy).coef
+            metrics.update(
+                {"stabilise/clip_cov_fraction": used, "stabilise/clip_cov_target": target}
+            )
+        return metrics
 
 
 def _without_loss(generated, rows_b: np.ndarray):

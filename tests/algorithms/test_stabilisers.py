@@ -329,3 +329,67 @@ def test_bad_entropy_target_ratio_settings_name_the_field(fields, message):
         setattr(config.stabilise, name, value)
     with pytest.raises(ValueError, match=message):
         validate_stabilisers(config)
+
+
+def test_an_adaptive_clip_cov_share_follows_its_entropy_target():
+    """`clip_cov_target_ratio`: the share starts at clip_cov_fraction, goes into every batch row,
+    falls while entropy is over the target (set by the first measured step) and rises under
+    it, within its bounds; the share and target are kept in the meta for a resumed run."""
+    import jax.numpy as jnp
+
+    from jaxrl_llm.algorithms.batch import PolicyBatch
+    from jaxrl_llm.runners.stabilisers import CLIP_COV_KEY, CLIP_COV_TARGET_KEY, StepStabilisers
+
+    config = config_for("grpo")
+    s = config.stabilise
+    s.clip_cov_fraction, s.clip_cov_target_ratio, s.clip_cov_rate = 0.1, 0.8, 1.0
+    s.clip_cov_min_fraction, s.clip_cov_max_fraction = 0.002, 0.3
+    meta = {}
+    control = StepStabilisers(config, pad_id=0, meta=meta)
+    z = jnp.zeros((4, 6))
+    batch = control.prepare(PolicyBatch(jnp.zeros((4, 6), jnp.int32), z, z, z, jnp.zeros(4)))
+    np.testing.assert_allclose(np.asarray(batch.clip_cov_fraction), [0.1] * 4)
+    assert batch.token_noise is not None
+    assert control.observe({"train/entropy": 0.0}, trained_tokens=False) == {}
+    first = control.observe({"train/entropy": 1.5})  # target 1.2: 0.3 nats over, x exp(-0.3)
+    assert first == pytest.approx(
+        {"stabilise/clip_cov_fraction": 0.1, "stabilise/clip_cov_target": 1.2}
+    )
+    assert meta[CLIP_COV_KEY] == pytest.approx(0.1 * math.exp(-0.3))
+    control.observe({"train/entropy": 0.7})  # 0.5 nats under: x exp(0.5)
+    assert meta[CLIP_COV_KEY] == pytest.approx(0.1 * math.exp(0.2))
+    control.observe({"train/entropy": 0.0})  # far under: held at the ceiling
+    assert meta[CLIP_COV_KEY] == 0.3
+    control.observe({"train/entropy": 9.0})  # far over: held at the floor
+    assert meta[CLIP_COV_KEY] == 0.002
+    resumed = StepStabilisers(config, pad_id=0, meta=dict(meta))
+    assert resumed.observe({"train/entropy": 1.2}) == pytest.approx(
+        {"stabilise/clip_cov_fraction": 0.002, "stabilise/clip_cov_target": 1.2}
+    )
+    assert meta[CLIP_COV_TARGET_KEY] == pytest.approx(1.2)
+    s.clip_cov_target_ratio = 0.0  # a fixed share adds no per-row field
+    fixed = StepStabilisers(config, pad_id=0, meta={})
+    unchanged = fixed.prepare(PolicyBatch(jnp.zeros((4, 6), jnp.int32), z, z, z, z[:, 0]))
+    assert unchanged.clip_cov_fraction is None
+    assert fixed.observe({"train/entropy": 1.0}) == {}
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"clip_cov_target_ratio": 0.8}, "which is off \\(clip_cov_fraction=0\\)"),
+        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 1.5}, r"must lie in \[0, 1\]"),
+        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 0.8, "clip_cov_rate": 0.0},
+         "clip_cov_rate=0.0 must be > 0"),
+        ({"clip_cov_fraction": 0.5, "clip_cov_target_ratio": 0.8},
+         r"clip_cov_fraction=0.5 is where the adaptive share starts"),
+        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 0.8, "clip_cov_min_fraction": 0.0},
+         "0 < clip_cov_min_fraction"),
+    ],
+)  # fmt: skip
+def test_bad_adaptive_clip_cov_settings_name_the_field(fields, message):
+    config = config_for("grpo")
+    for name, value in fields.items():
+        setattr(config.stabilise, name, value)
+    with pytest.raises(ValueError, match=message):
+        validate_stabilisers(config)

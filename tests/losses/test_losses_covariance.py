@@ -138,6 +138,10 @@ def test_policy_loss_takes_no_gradient_from_the_dropped_tokens():
     )
     _, metrics = policy_loss(model, batch, config=config)
     assert float(metrics["clip_cov/dropped_fraction"]) == pytest.approx(2 / 8)
+    # an adaptive share in the batch replaces the config's; packed rows pad it with 0
+    share = jnp.array([[0.5, 0.5, 0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.5, 0.0, 0.0, 0.0]])
+    _, metrics = policy_loss(model, batch._replace(clip_cov_fraction=share), config=config)
+    assert float(metrics["clip_cov/dropped_fraction"]) == pytest.approx(4 / 8)
 
 
 def test_policy_loss_with_clip_cov_needs_the_noise():
@@ -148,3 +152,20 @@ def test_policy_loss_with_clip_cov_needs_the_noise():
     batch = PolicyBatch(tokens, jnp.ones((1, 4)), jnp.zeros((1, 4)), jnp.zeros((1, 4)), jnp.ones(1))
     with pytest.raises(ValueError, match="token_noise"):
         policy_loss(_tiny_model(), batch, config=PolicyLossConfig(clip_cov_fraction=0.1))
+
+
+def test_clip_cov_share_may_be_a_traced_scalar():
+    """An adaptive share arrives as an array inside the jitted step: it chooses as the number
+    does, and a larger share chooses more."""
+    cov = jnp.array([[0.5, 2.0, 3.0, 6.0, 1.5, 4.0, -2.0, 2.5, 1.0, 0.0]])
+    mask = jnp.array([[1, 1, 1, 1, 1, 1, 1, 1, 0, 1]], jnp.float32)
+    noise = jnp.array([[0.9, 0.1, 0.7, 0.99, 0.3, 0.8, 0.95, 0.2, 0.97, 0.5]])
+
+    @jax.jit
+    def choose(fraction):
+        return losses.clip_cov_selection(cov, mask, noise, fraction=fraction, low=1.0, high=5.0)[0]
+
+    as_number, _ = losses.clip_cov_selection(cov, mask, noise, fraction=0.3, low=1.0, high=5.0)
+    np.testing.assert_array_equal(np.asarray(choose(jnp.float32(0.3))), np.asarray(as_number))
+    # floor(0.45 * 9) = 4 of the five eligible tokens: all but the one with the least noise (1)
+    assert np.flatnonzero(np.asarray(choose(jnp.float32(0.45))[0])).tolist() == [2, 4, 5, 7]

@@ -114,3 +114,34 @@ def test_clip_cov_run_drops_a_share_of_the_tokens(tmp_path, text_reward):
         # floor(0.05 N) of N loss tokens (at least 1): 5% or just under, never none
         assert 0 < row["train/clip_cov/dropped_fraction"] <= 0.05
         assert np.isfinite(row["train/loss"])
+
+
+def test_adaptive_clip_cov_share_steps_with_the_entropy(tmp_path, text_reward):
+    """Clip-Cov's share under `clip_cov_target_ratio`: each step drops at most the share it
+    logs, and the next share is the dual-ascent step from the logged entropy."""
+    config = load_config(
+        TINY,
+        {
+            **BASE,
+            "stabilise.clip_cov_fraction": 0.25,
+            "stabilise.clip_cov_target_ratio": 0.5,  # half a random model's: the share falls
+            "stabilise.clip_cov_rate": 0.5,
+            # a floor at which a step's few dozen tokens still drop a share, not the one token
+            # dropped whenever any is eligible
+            "stabilise.clip_cov_min_fraction": 0.1,
+        },
+    )
+    config.stabilise.clip_cov_low, config.stabilise.clip_cov_high = -100.0, 100.0
+    train(config, str(tmp_path), progress=False)
+    rows = steps(tmp_path)
+    assert len(rows) == 3 and rows[0]["stabilise/clip_cov_fraction"] == pytest.approx(0.25)
+    target = 0.5 * rows[0]["train/entropy"]
+    for row, following in zip(rows, rows[1:], strict=False):
+        assert row["stabilise/clip_cov_target"] == pytest.approx(target)
+        share = row["stabilise/clip_cov_fraction"]
+        assert 0 < row["train/clip_cov/dropped_fraction"] <= share + 1e-6
+        expected = share * math.exp(0.5 * (target - row["train/entropy"]))
+        assert following["stabilise/clip_cov_fraction"] == pytest.approx(
+            min(max(expected, 0.1), 0.3), rel=1e-5
+        )
+    assert rows[-1]["stabilise/clip_cov_fraction"] < 0.25
