@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,19 @@ def _logged_after(line: str, step: int) -> bool:
     return bool(line.strip()) and int(json.loads(line)["step"]) > step
 
 
+def _tensorboard_writer(logdir: str, *, purge_step: int | None = None):
+    """A tensorboardX writer whose event file sorts after every earlier one of `logdir`.
+
+    tensorboardX names the file by the time in whole seconds and opens it for writing: a
+    second writer in the same second (a resumed run's purge, a fast restart) would truncate the
+    first's file. The suffix (nanoseconds) makes each name new, in the order TensorBoard reads
+    the files (by name).
+    """
+    from tensorboardX import SummaryWriter
+
+    return SummaryWriter(logdir, purge_step=purge_step, filename_suffix=f".{time.time_ns()}")
+
+
 class MetricsWriter:
     """Writes scalar metrics and text samples of a run under `workdir`.
 
@@ -54,9 +68,7 @@ class MetricsWriter:
         self._questions = self._open_for_append(os.path.join(workdir, EVAL_QUESTIONS_FILE))
         self._tb = None
         if tensorboard:
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+            self._tb = _tensorboard_writer(os.path.join(workdir, "tensorboard"))
 
     def _open_for_append(self, path: str):
         """Opens a JSONL file for appending; a torn last line (a crash mid-write) is cut off and
@@ -77,8 +89,10 @@ class MetricsWriter:
         """Takes back what a killed process logged after its last checkpoint: the rows of
         `metrics.jsonl`, `samples.jsonl` and `eval_questions.jsonl` whose step is after `step`
         move to `<file>.superseded` (kept, in order), so a resumed run logs each step once.
-        `step` is the restored step (-1: none restored, every row goes). TensorBoard events are
-        left as written. Returns how many rows moved."""
+        `step` is the restored step (-1: none restored, every row goes). TensorBoard's events
+        stay in their files, hidden by a new event file that starts with a purge at `step + 1`
+        (a SessionLog START, which TensorBoard reads as: drop the events from that step on).
+        Returns how many rows moved."""
         moved = 0
         for attr in ("_metrics", "_samples", "_questions"):
             handle = getattr(self, attr)
@@ -96,6 +110,9 @@ class MetricsWriter:
                 os.replace(path + ".tmp", path)  # a kill mid-rewrite leaves the old file
                 moved += len(later)
             setattr(self, attr, open(path, "a"))
+        if moved and self._tb is not None:
+            self._tb.close()
+            self._tb = _tensorboard_writer(self._tb.logdir, purge_step=step + 1)
         if moved:
             log.warning(
                 "%s: %d rows logged after step %d moved to *.superseded", self.workdir, moved, step

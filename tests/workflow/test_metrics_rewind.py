@@ -55,3 +55,49 @@ def test_rewind_at_the_last_logged_step_changes_nothing(tmp_path):
     writer.close()
     assert [r["step"] for r in read_metrics(str(tmp_path))] == [0, 1, 2, 3]
     assert not (tmp_path / "metrics.jsonl.superseded").exists()
+
+
+def _events(path):
+    """The `Event` protos of one TensorBoard event file (TFRecord: length, its CRC, the record,
+    its CRC)."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    events = []
+    with open(path, "rb") as f:
+        while header := f.read(12):
+            (length,) = struct.unpack("<Q", header[:8])
+            events.append(Event.FromString(f.read(length)))
+            f.read(4)
+    return events
+
+
+def _visible_loss_steps(logdir):
+    """The "loss" steps TensorBoard shows: read the files in name order, at a SessionLog START
+    drop the events read so far at or after its step (TensorBoard's EventAccumulator purges
+    so on a restart)."""
+    from tensorboardX.proto.event_pb2 import SessionLog
+
+    shown = []
+    for path in sorted(logdir.iterdir()):
+        for event in _events(path):
+            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                shown = [s for s in shown if s < event.step]
+            for value in event.summary.value:
+                if value.tag == "loss":
+                    shown.append(event.step)
+    return shown
+
+
+def test_rewind_hides_the_taken_back_steps_from_tensorboard(tmp_path):
+    killed = MetricsWriter(str(tmp_path))
+    _log_steps(killed, range(0, 5))
+    killed.close()
+    resumed = MetricsWriter(str(tmp_path))  # the same second: the purge needs its own file
+    assert resumed.rewind(2) == 5
+    _log_steps(resumed, range(3, 6))
+    resumed.close()
+    files = list((tmp_path / "tensorboard").iterdir())
+    assert len(files) == 3  # the killed run's, the resumed writer's first, the purge's
+    assert _visible_loss_steps(tmp_path / "tensorboard") == [0, 1, 2, 3, 4, 5]
