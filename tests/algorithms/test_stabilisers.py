@@ -321,9 +321,18 @@ def test_an_entropy_target_ratio_takes_its_target_from_the_first_measured_step()
             "both set the entropy target: set one of them to 0",
         ),
         ({"entropy_target_ratio": 0.5, "entropy_rate": 0.0}, "entropy_rate=0.0 must be > 0"),
+        ({"clip_cov_target_ratio": 0.8}, "which is off \\(clip_cov_fraction=0\\)"),
+        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 1.5}, r"must lie in \[0, 1\]"),
+        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 0.8, "clip_cov_rate": 0.0},
+         "clip_cov_rate=0.0 must be > 0"),
+        ({"clip_cov_fraction": 0.5, "clip_cov_target_ratio": 0.8},
+         r"clip_cov_fraction=0.5 is where the adaptive share starts"),
+        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 0.8, "clip_cov_min_fraction": 0.0},
+         "0 < clip_cov_min_fraction"),
     ],
-)
-def test_bad_entropy_target_ratio_settings_name_the_field(fields, message):
+)  # fmt: skip
+def test_bad_adaptive_entropy_settings_name_the_field(fields, message):
+    """The entropy weight's relative target, and Clip-Cov's adaptive share."""
     config = config_for("grpo")
     for name, value in fields.items():
         setattr(config.stabilise, name, value)
@@ -372,24 +381,3 @@ def test_an_adaptive_clip_cov_share_follows_its_entropy_target():
     unchanged = fixed.prepare(PolicyBatch(jnp.zeros((4, 6), jnp.int32), z, z, z, z[:, 0]))
     assert unchanged.clip_cov_fraction is None
     assert fixed.observe({"train/entropy": 1.0}) == {}
-
-
-@pytest.mark.parametrize(
-    "fields, message",
-    [
-        ({"clip_cov_target_ratio": 0.8}, "which is off \\(clip_cov_fraction=0\\)"),
-        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 1.5}, r"must lie in \[0, 1\]"),
-        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 0.8, "clip_cov_rate": 0.0},
-         "clip_cov_rate=0.0 must be > 0"),
-        ({"clip_cov_fraction": 0.5, "clip_cov_target_ratio": 0.8},
-         r"clip_cov_fraction=0.5 is where the adaptive share starts"),
-        ({"clip_cov_fraction": 0.1, "clip_cov_target_ratio": 0.8, "clip_cov_min_fraction": 0.0},
-         "0 < clip_cov_min_fraction"),
-    ],
-)  # fmt: skip
-def test_bad_adaptive_clip_cov_settings_name_the_field(fields, message):
-    config = config_for("grpo")
-    for name, value in fields.items():
-        setattr(config.stabilise, name, value)
-    with pytest.raises(ValueError, match=message):
-        validate_stabilisers(config)
