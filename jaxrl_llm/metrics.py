@@ -110,10 +110,10 @@ class MetricsWriter:
                 os.replace(path + ".tmp", path)  # a kill mid-rewrite leaves the old file
                 moved += len(later)
             setattr(self, attr, open(path, "a"))
-        if moved and self._tb is not None:
-            self._tb.close()
-            self._tb = _tensorboard_writer(self._tb.logdir, purge_step=step + 1)
         if moved:
+            if self._tb is not None:
+                self._tb.close()
+                self._tb = _tensorboard_writer(self._tb.logdir, purge_step=step + 1)
             log.warning(
                 "%s: %d rows logged after step %d moved to *.superseded", self.workdir, moved, step
             )

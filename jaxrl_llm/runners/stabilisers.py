@@ -228,13 +228,14 @@ class StepStabilisers:
         The draws of the k-th prepared batch of a run come from the generator seeded with
         (config.seed, k), k counted in `meta`: a run and its resumption draw the same.
         """
+
+        def per_row(value: float):
+            return jnp.full((batch.tokens.shape[0],), value, jnp.float32)
+
         if self.adaptive:
-            rows = batch.tokens.shape[0]
-            coef = jnp.full((rows,), self.meta[META_KEY], jnp.float32)
-            batch = batch._replace(entropy_coef=coef)
+            batch = batch._replace(entropy_coef=per_row(self.meta[META_KEY]))
         if self.adaptive_clip_cov:
-            share = jnp.full((batch.tokens.shape[0],), self.meta[CLIP_COV_KEY], jnp.float32)
-            batch = batch._replace(clip_cov_fraction=share)
+            batch = batch._replace(clip_cov_fraction=per_row(self.meta[CLIP_COV_KEY]))
         if self.config.stabilise.clip_cov_fraction > 0:
             draws = self.meta.get(NOISE_DRAWS_KEY, 0)
             rng = np.random.default_rng([int(self.config.seed), draws])
@@ -261,7 +262,6 @@ class StepStabilisers:
                 target = float(s.entropy_target)
             else:
                 target = self.meta.setdefault(TARGET_KEY, s.entropy_target_ratio * entropy)
-            used = self.meta[META_KEY]
             control = entropy_control(
                 initial_coef=self.config.loss.entropy_coef,
                 target=target,
@@ -269,11 +269,10 @@ class StepStabilisers:
                 max_coef=s.entropy_max_coef,
                 min_coef=s.entropy_min_coef,
             )
-            self.meta[META_KEY] = control.update(EntropyControlState(used), entropy).coef
+            used = self._step(META_KEY, control, entropy)
             metrics.update({"stabilise/entropy_coef": used, "stabilise/entropy_target": target})
         if self.adaptive_clip_cov:  # the same dual ascent, on log(share)
             target = self.meta.setdefault(CLIP_COV_TARGET_KEY, s.clip_cov_target_ratio * entropy)
-            used = self.meta[CLIP_COV_KEY]
             control = entropy_control(
                 initial_coef=s.clip_cov_fraction,
                 target=target,
@@ -281,11 +280,18 @@ class StepStabilisers:
                 max_coef=s.clip_cov_max_fraction,
                 min_coef=s.clip_cov_min_fraction,
             )
-            self.meta[CLIP_COV_KEY] = control.update(EntropyControlState(used), entropy).coef
+            used = self._step(CLIP_COV_KEY, control, entropy)
             metrics.update(
                 {"stabilise/clip_cov_fraction": used, "stabilise/clip_cov_target": target}
             )
         return metrics
+
+    def _step(self, key: str, control, entropy: float) -> float:
+        """Moves `meta[key]` one `control` update from `entropy`; returns the value the step
+        used (the one before the update)."""
+        used = self.meta[key]
+        self.meta[key] = control.update(EntropyControlState(used), entropy).coef
+        return used
 
 
 def _without_loss(generated, rows_b: np.ndarray):
