@@ -75,14 +75,16 @@ def read_pairs_jsonl(path: str) -> list[Pair]:
 
 
 def write_pairs_jsonl(path: str, pairs: Iterable[Pair]) -> int:
-    """Writes `pairs` in the format `read_pairs_jsonl` reads; returns how many."""
+    """Writes `pairs` in the format `read_pairs_jsonl` reads; returns how many. The file appears
+    whole or not at all (written beside it, then renamed)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     count = 0
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         for pair in pairs:
             obj = {"prompt": pair.prompt, "chosen": pair.chosen, "rejected": pair.rejected}
             if pair.margin:
                 obj["margin"] = pair.margin
             f.write(json.dumps({**obj, **(pair.meta or {})}) + "\n")
             count += 1
+    os.replace(path + ".tmp", path)
     return count

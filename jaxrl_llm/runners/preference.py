@@ -124,7 +124,9 @@ class PreferenceRun:
         self.model = with_lora(self.model, config)  # LoRA when config.model.lora.rank > 0
         split, self.pair_stats = labelled_items(
             config, "preference", "pairs", workdir,
-            make=lambda path: make_pairs(config, self.model, self.tokenizer, path, section="preference"),
+            make=lambda path, journal: make_pairs(
+                config, self.model, self.tokenizer, path, journal, section="preference"
+            ),
             read=read_pairs_jsonl, encode=self._encode,
         )  # fmt: skip
         self.encoded, self.train, self.held = split.encoded, split.train, split.held

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from typing import Any, NamedTuple
 
 import jax
@@ -138,15 +139,18 @@ def read_step_labels(path: str, marker: str = "\n") -> list[StepLabels]:
     return out
 
 
-def make_step_labels(config, policy, tokenizer, path: str) -> dict[str, float]:
+def make_step_labels(
+    config, policy, tokenizer, path: str, journal: str | None = None
+) -> dict[str, float]:
     """Samples completions and labels their steps by Monte Carlo completion (module docstring);
-    writes `path` and returns counts."""
+    writes `path` and returns counts. `journal` keeps the decode calls, so that a rerun of a
+    killed pass decodes only what it had not (`stage_sampling.task_sampler`)."""
     p = config.prm
     source = task_pool(config.task, side="train", seed=config.seed)
     examples = list(itertools.islice(iter(source), p.num_prompts))
     sampler = task_sampler(
         config, policy, tokenizer, examples, max_new_tokens=p.max_new_tokens,
-        temperature=p.temperature,
+        temperature=p.temperature, journal=journal,
     )  # fmt: skip
     texts, scores = sampler.texts, sampler.score
 
@@ -183,9 +187,10 @@ def make_step_labels(config, policy, tokenizer, path: str) -> dict[str, float]:
             continue  # an empty completion has no step
         labels[c][-1] = float(final[c])
         records.append({"prompt": texts[owner[c]], "completion": completion, "labels": labels[c]})
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         for record in records:
             f.write(json.dumps(record) + "\n")
+    os.replace(path + ".tmp", path)  # a kill mid-write leaves no half file to read as whole
     steps = [len(r["labels"]) for r in records]
     print(
         f"[jaxrl_llm] {sum(steps)} steps of {len(records)} completions labelled "
@@ -233,7 +238,9 @@ class ProcessRewardModelRun:
         policy, self.tokenizer = load_policy(config)
         split, self.label_stats = labelled_items(
             config, "prm", "steps", workdir,
-            make=lambda path: make_step_labels(config, policy, self.tokenizer, path),
+            make=lambda path, journal: make_step_labels(
+                config, policy, self.tokenizer, path, journal
+            ),
             read=lambda path: read_step_labels(path, p.marker), encode=self._encode,
         )  # fmt: skip
         encoded = split.encoded

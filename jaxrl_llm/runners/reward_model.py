@@ -95,11 +95,14 @@ def _report(summary: dict[str, Any]) -> str:
     )
 
 
-def make_pairs(config, policy, tokenizer, path: str, *, section: str = "rm") -> dict[str, float]:
+def make_pairs(
+    config, policy, tokenizer, path: str, journal: str | None = None, *, section: str = "rm"
+) -> dict[str, float]:
     """Samples, scores and pairs completions of the task's training prompts (see the module
     docstring); writes them to `path`, says so, and returns counts. `config.<section>` has the sampling
     fields (num_prompts, group_size, pairs_per_prompt, temperature, max_new_tokens): the
-    reward-model stage's `rm`, the offline preference stage's `preference`."""
+    reward-model stage's `rm`, the offline preference stage's `preference`. `journal` keeps the
+    decode calls for a rerun of a killed pass (`stage_sampling.task_sampler`)."""
     r, task = config[section], config.task
     start = time.time()
     source = task_pool(task, side="train", seed=config.seed)
@@ -112,6 +115,7 @@ def make_pairs(config, policy, tokenizer, path: str, *, section: str = "rm") -> 
         group_size=r.group_size,
         max_new_tokens=r.max_new_tokens,
         temperature=r.temperature,
+        journal=journal,
     )
     pairs, correct_fraction = [], []
     for i in range(len(examples)):
@@ -189,7 +193,7 @@ class RewardModelRun:
         policy, self.tokenizer = load_policy(config)
         split, self.pair_stats = labelled_items(
             config, "rm", "pairs", workdir,
-            make=lambda path: make_pairs(config, policy, self.tokenizer, path),
+            make=lambda path, journal: make_pairs(config, policy, self.tokenizer, path, journal),
             read=read_pairs_jsonl, encode=self._encode,
         )  # fmt: skip
         self.eval_pairs, self.train_pairs = split.items(split.held), split.items(split.train)

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxrl_llm.roles import Learner, place_batch
+from jaxrl_llm.runners.sample_journal import journal_path
 from jaxrl_llm.training.sft import make_sft_batch, tokenize_records
 
 __all__ = [
@@ -102,22 +103,23 @@ def labelled_items(
     labels: str,
     workdir: str,
     *,
-    make: Callable[[str], dict[str, float]],
+    make: Callable[[str, str], dict[str, float]],
     read: Callable[[str], Sequence[Any]],
     encode: Callable[[Any], tuple[str, Any, Sequence[Sequence[int]]]],
 ) -> tuple[PromptSplit, dict[str, float]]:
     """The labelled items a stage trains on, encoded and split by prompt.
 
     They are read (`read(path)`) from the file `config.<section>.<labels>`, or from
-    `<workdir>/<labels>.jsonl`, which `make(path)` writes first unless an earlier run of the
-    stage did. Items with a sequence longer than `config.<section>.max_length` are dropped;
+    `<workdir>/<labels>.jsonl`, which `make(path, journal)` writes first unless an earlier run of
+    the stage did; `make` keeps its decode calls in the file `journal` (`SampleJournal`), so that
+    a run killed while labelling resumes there, and the journal is deleted once `path` is written. Items with a sequence longer than `config.<section>.max_length` are dropped;
     `config.<section>.eval_fraction` of the prompts are held out (`split_by_group`, seeded with
     `config.seed`).
 
     Args:
       config, section, labels: the stage config, its section and the section's file field.
       workdir: the stage's directory.
-      make: `path -> counts`: samples, labels and writes the items.
+      make: `(path, journal) -> counts`: samples, labels and writes the items.
       read: `path -> items`.
       encode: `item -> (prompt, encoded item, its token sequences)`.
 
@@ -129,7 +131,12 @@ def labelled_items(
     """
     s = config[section]
     path = s[labels] or os.path.join(workdir, f"{labels}.jsonl")
-    stats = make(path) if not (s[labels] or os.path.isfile(path)) else {}
+    stats = {}
+    if not (s[labels] or os.path.isfile(path)):
+        journal = journal_path(path)
+        stats = make(path, journal)
+        if os.path.isfile(journal):
+            os.remove(journal)
     encoded, prompts, sequences, dropped = [], [], [], 0
     for item in read(path):
         prompt, value, ids = encode(item)

@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxrl_llm.runners.sample_journal import SampleJournal
+
 __all__ = ["TaskSampler", "sample_groups", "task_sampler"]
 
 
@@ -40,10 +42,18 @@ class TaskSampler(NamedTuple):
 
 
 def task_sampler(
-    config, policy, tokenizer, examples: Sequence[Any], *, max_new_tokens: int, temperature: float
+    config,
+    policy,
+    tokenizer,
+    examples: Sequence[Any],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    journal: str | None = None,
 ) -> TaskSampler:
     """The `TaskSampler` of `examples` (task `Example`s) under the stage config's prompt format
-    (`config.task`) and rewards (`config.rewards`)."""
+    (`config.task`) and rewards (`config.rewards`). With `journal` (a file path), decode calls
+    of the policy's own parameters are kept there and replayed by a rerun (`SampleJournal`)."""
     from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
     from jaxrl_llm.runners import components
 
@@ -62,6 +72,14 @@ def task_sampler(
     def sample(rows: Sequence[Sequence[int]], seed: int, params=None) -> list[str]:
         return completion_texts(tokenizer, generator(rows, seed=seed, params=params))
 
+    if journal is not None:
+        settings = {
+            "model": config.model.to_dict(),
+            "max_new_tokens": max_new_tokens,
+            "temperature": temperature,
+        }
+        sample = SampleJournal(journal, settings).wrap(sample)
+
     def score(prompts, completions, rows_examples) -> np.ndarray:
         return rewards(prompts, completions, rows_examples).per_function["task"]
 
@@ -79,6 +97,7 @@ def sample_groups(
     temperature: float,
     params=None,
     seed: int | None = None,
+    journal: str | None = None,
 ) -> tuple[list[str], list[list[str]], np.ndarray]:
     """`group_size` sampled completions of each example's chat prompt, scored by the task's
     verifier (`config.rewards`' "task" function).
@@ -91,14 +110,16 @@ def sample_groups(
       params: the policy's parameters to sample with (None: the model's own).
       seed: the base sampling seed (None: `config.seed`); decode call c uses seed + its first
         prompt's index, so a rerun draws the same samples.
+      journal: a file keeping the decode calls for a rerun to replay (`task_sampler`).
 
     Returns:
       (rendered prompt texts [N], completions [N][G], verifier scores float32 [N, G]).
     """
     seed = config.seed if seed is None else seed
     sampler = task_sampler(
-        config, policy, tokenizer, examples, max_new_tokens=max_new_tokens, temperature=temperature
-    )
+        config, policy, tokenizer, examples, max_new_tokens=max_new_tokens,
+        temperature=temperature, journal=journal,
+    )  # fmt: skip
     texts = sampler.texts
     completions, scores = [], []
     chunk = max(1, 64 // group_size)  # prompts per decode call (at most 64 rows)
