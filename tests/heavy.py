@@ -15,7 +15,8 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # Whole runs of the tiny model through a runner: the default run keeps one whole GRPO run
     # with its resume (tests/runners/test_grpo_run.py), the PRM stage
     # (test_process_reward_model_run.py::test_the_stage_labels_steps_by_monte_carlo_and_trains),
-    # the quickstart notebook (test_notebooks.py::test_01_quickstart_tiny) and each runner's and
+    # the quickstart notebook (test_notebooks.py::test_01_quickstart_tiny), the labelling
+    # journal's replay on a stand-in decode (test_sample_journal.py) and each runner's and
     # algorithm's unit tests on hand-made arrays.
     "whole runs": (
         "tests/algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration",
@@ -40,6 +41,7 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/runners/test_reward_model_run.py::test_pairs_are_made_from_the_policys_samples",
         "tests/runners/test_reward_model_run.py::test_rl_against_an_ensemble_of_reward_models",
         "tests/runners/test_reward_model_run.py::test_the_reward_model_learns_a_preference",
+        "tests/runners/test_sample_journal.py::test_a_killed_step_labelling_resumes",
         "tests/runners/test_sft_run.py::test_sft_lowers_held_out_loss_and_writes_a_loadable",
         "tests/runners/test_sft_run.py::test_sft_resumes_where_it_stopped",
         "tests/runners/test_stabilised_runs.py::test_clip_cov_run_drops_a_share_of_the_tokens",

@@ -115,6 +115,7 @@ def test_a_killed_step_labelling_resumes_and_labels_as_an_uninterrupted_pass(
     with config.unlocked():
         config.prm.marker = " "  # random text has many: many step prefixes
         config.prm.rollouts = 16  # 4 prefixes a decode call: several calls
+        config.prm.num_prompts, config.prm.max_new_tokens = 2, 8
     policy, tokenizer = load_policy(config)
     real = chat.completion_texts
     calls = []
@@ -130,7 +131,7 @@ def test_a_killed_step_labelling_resumes_and_labels_as_an_uninterrupted_pass(
     whole = str(tmp_path / "whole.jsonl")
     make_step_labels(config, policy, tokenizer, whole)  # no journal
     total = len(calls)
-    assert total >= 4, "the pass should take several decode calls"
+    assert total >= 4, "the pass should take several decode calls"  # 5 on 2026-11-29
 
     path, journal = str(tmp_path / "steps.jsonl"), str(tmp_path / "steps.jsonl.samples")
     calls.clear()
