@@ -23,8 +23,15 @@ accuracy (score == 1) keeps its meaning. The numerator alone, s - q(a), has the 
 expectation, but pays a right answer only 1 - q(a): a right "1" on gcd would earn 0.77 and on
 letter_counting (answer "1" on 74% of questions) 0.26, which weakens the signal on the common
 answers a policy must also get right. The price of the normalised form is a penalty that grows
-without bound as q(a) -> 1 (-2.9 for a wrong "1" on letter_counting): group-normalised
-advantages absorb the scale.
+without bound as q(a) -> 1 (-2.9 for a wrong "1" on letter_counting).
+
+The zero expectation holds for the rewards, and for advantages that only centre each group
+(Dr. GRPO, `loss.normalize_std=False`). GRPO's division of each group by its own std gives a
+group where the common answer is right and one where it is wrong the same spread, so the
+penalty's size is lost: a question-blind answer of share q(a) gains 2 q(a) - 1 units of
+advantage on average, which pays the common answer when q(a) > 1/2 (letter_counting's "1",
+q = 0.74: the stable recipe's seed 0 answered "1" to 196 of 200 held-out questions,
+docs/recipe.md, 2026-11-29) and charges it when q(a) < 1/2.
 
 A completion that states no answer (nothing the answer rule reads as a number) is charged as the
 costliest wrong answer, share max_a q(a). Charged nothing, it would rank above every wrong guess

@@ -250,6 +250,30 @@ def test_the_gcd_collapse_onto_2_earns_0_on_the_training_pool():
     np.testing.assert_array_equal(honest.total, np.ones(50, np.float32))
 
 
+@pytest.mark.parametrize("share_of_1", [0.3, 0.74])
+def test_group_std_normalisation_undoes_the_correction_and_centring_keeps_it(share_of_1):
+    """A policy that cannot read the question answers "1" or "10" (never a reference) with even
+    odds: each group of 4 holds two of each. On a question whose answer is "1" (a share q of
+    them) the "1"s earn 1, elsewhere -q / (1 - q); the "10"s earn 0. Averaged over questions,
+    "1"'s advantage is 0 when groups are only centred (Dr. GRPO), but dividing each group by
+    its own std gives both kinds of group the same spread, so "1" gains q - (1 - q) a unit:
+    at letter_counting's q = 0.74 the policy drifts onto "1" (196 of 200 held-out answers,
+    docs/recipe.md, 2026-11-29)."""
+    from jaxrl_llm import advantages
+
+    wrong_1 = chance_corrected(0.0, share_of_1)
+    rewards = np.array([[1.0, 1.0, 0.0, 0.0], [wrong_1, wrong_1, 0.0, 0.0]], np.float32)
+    question_shares = np.array([share_of_1, 1.0 - share_of_1])
+    assert float(question_shares @ rewards[:, 0]) == pytest.approx(0.0, abs=1e-6)
+    centred = np.asarray(advantages.grpo(rewards, normalize_std=False))
+    scaled = np.asarray(advantages.grpo(rewards, normalize_std=True))
+    assert float(question_shares @ centred[:, 0]) == pytest.approx(0.0, abs=1e-5)
+    drift = float(question_shares @ scaled[:, 0])
+    unit = float(scaled[0, 0])  # the "1"s' advantage in a group where they are right
+    assert drift == pytest.approx((2 * share_of_1 - 1) * unit, rel=1e-4)
+    assert (drift > 0.1) == (share_of_1 > 0.5) and abs(drift) > 0.1
+
+
 def test_the_default_config_keeps_todays_reward():
     runner = build_rewards(config_for("grpo"))
     assert list(runner.functions) == ["task"] and runner.answer_rule == "last_number"
