@@ -64,3 +64,23 @@ def test_a_frequent_answer_that_is_mostly_right_is_not_a_hack():
     assert find_hacks(start, right) == []
     with pytest.raises(ValueError, match="one held-out set"):
         find_hacks(start, records(["1"], [1]))
+
+
+def test_a_common_answer_given_far_beyond_its_share_is_a_hack_though_mostly_right():
+    # letter_counting's held-out set: "1" is the reference of 136 of 200 questions. The stable
+    # recipe's seed 0 answered "1" on 196 of them (from 89), right on 136 (69%): the under-half
+    # test misses it; given on 30 points more of the questions than it is the reference of.
+    references = ["1"] * 136 + ["2"] * 46 + ["3"] * 18
+    start = records(["1"] * 89 + ["10"] * 111, [1] * 63 + [0] * 137)._replace(
+        references=references
+    )
+    blind = records(["1"] * 196 + [None] * 4, [1] * 136 + [0] * 64)._replace(references=references)
+    (found,) = find_hacks(start, blind)
+    assert found == (
+        "constant answer '1' on 98% of questions (from 44%), right on 69% of them "
+        "(the reference on 68% of all)"
+    )
+    assert find_hacks(start, blind._replace(references=None)) == []  # without references: missed
+    # a policy that reads the question: "1" on 140 questions, right on 136 of them
+    reading = records(["1"] * 140 + ["2"] * 60, [1] * 136 + [0] * 4 + [1] * 46 + [0] * 14)
+    assert find_hacks(start, reading._replace(references=references)) == []
