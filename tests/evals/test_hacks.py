@@ -71,9 +71,7 @@ def test_a_common_answer_given_far_beyond_its_share_is_a_hack_though_mostly_righ
     # recipe's seed 0 answered "1" on 196 of them (from 89), right on 136 (69%): the under-half
     # test misses it; given on 30 points more of the questions than it is the reference of.
     references = ["1"] * 136 + ["2"] * 46 + ["3"] * 18
-    start = records(["1"] * 89 + ["10"] * 111, [1] * 63 + [0] * 137)._replace(
-        references=references
-    )
+    start = records(["1"] * 89 + ["10"] * 111, [1] * 63 + [0] * 137)._replace(references=references)
     blind = records(["1"] * 196 + [None] * 4, [1] * 136 + [0] * 64)._replace(references=references)
     (found,) = find_hacks(start, blind)
     assert found == (
