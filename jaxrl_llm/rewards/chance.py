@@ -29,9 +29,9 @@ The zero expectation holds for the rewards, and for advantages that only centre 
 (Dr. GRPO, `loss.normalize_std=False`). GRPO's division of each group by its own std gives a
 group where the common answer is right and one where it is wrong the same spread, so the
 penalty's size is lost: a question-blind answer of share q(a) gains 2 q(a) - 1 units of
-advantage on average, which pays the common answer when q(a) > 1/2 (letter_counting's "1",
-q = 0.74: the stable recipe's seed 0 answered "1" to 196 of 200 held-out questions,
-docs/recipe.md, 2026-11-29) and charges it when q(a) < 1/2.
+advantage on average, which pays the common answer when q(a) > 1/2 and charges it when
+q(a) < 1/2. (It is not what made letter_counting's runs collapse onto "1", q = 0.74: a run with
+centred groups collapsed the same way; docs/recipe.md, 2026-11-29.)
 
 A completion that states no answer (nothing the answer rule reads as a number) is charged as the
 costliest wrong answer, share max_a q(a). Charged nothing, it would rank above every wrong guess

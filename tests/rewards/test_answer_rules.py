@@ -256,9 +256,8 @@ def test_group_std_normalisation_undoes_the_correction_and_centring_keeps_it(sha
     odds: each group of 4 holds two of each. On a question whose answer is "1" (a share q of
     them) the "1"s earn 1, elsewhere -q / (1 - q); the "10"s earn 0. Averaged over questions,
     "1"'s advantage is 0 when groups are only centred (Dr. GRPO), but dividing each group by
-    its own std gives both kinds of group the same spread, so "1" gains q - (1 - q) a unit:
-    at letter_counting's q = 0.74 the policy drifts onto "1" (196 of 200 held-out answers,
-    docs/recipe.md, 2026-11-29)."""
+    its own std gives both kinds of group the same spread, so "1" gains q - (1 - q) a unit
+    (+0.48 at letter_counting's q = 0.74)."""
     from jaxrl_llm import advantages
 
     wrong_1 = chance_corrected(0.0, share_of_1)
