@@ -112,7 +112,8 @@ def labelled_items(
     They are read (`read(path)`) from the file `config.<section>.<labels>`, or from
     `<workdir>/<labels>.jsonl`, which `make(path, journal)` writes first unless an earlier run of
     the stage did; `make` keeps its decode calls in the file `journal` (`SampleJournal`), so that
-    a run killed while labelling resumes there, and the journal is deleted once `path` is written. Items with a sequence longer than `config.<section>.max_length` are dropped;
+    a run killed while labelling resumes there, and the journal is deleted once `path` is
+    written. Items with a sequence longer than `config.<section>.max_length` are dropped;
     `config.<section>.eval_fraction` of the prompts are held out (`split_by_group`, seeded with
     `config.seed`).
 
