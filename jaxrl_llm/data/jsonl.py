@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from jaxrl_llm.data import scoring
@@ -27,6 +27,7 @@ __all__ = [
     "final_answer",
     "json_objects",
     "read_prompt_jsonl",
+    "write_jsonl",
 ]
 
 
@@ -102,6 +103,21 @@ def json_objects(
             yield number, where, obj
     if not count:
         raise ValueError(f"{path} holds no {what}.")
+
+
+def write_jsonl(path: str | os.PathLike, objects: Iterable[dict[str, Any]]) -> int:
+    """Writes one JSON object a line (what `json_objects` reads); returns how many. The file
+    appears whole or not at all: written beside it, then renamed, so a kill mid-write leaves
+    the old file or none, never a half file a later run would read as complete."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    count = 0
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for obj in objects:
+            f.write(json.dumps(obj) + "\n")
+            count += 1
+    os.replace(path + ".tmp", path)
+    return count
 
 
 def read_prompt_jsonl(

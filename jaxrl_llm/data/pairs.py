@@ -10,13 +10,11 @@ format can train the outcome reward model, whoever made it.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from jaxrl_llm.data.jsonl import json_objects
+from jaxrl_llm.data.jsonl import json_objects, write_jsonl
 
 __all__ = ["Pair", "read_pairs_jsonl", "write_pairs_jsonl"]
 
@@ -75,16 +73,13 @@ def read_pairs_jsonl(path: str) -> list[Pair]:
 
 
 def write_pairs_jsonl(path: str, pairs: Iterable[Pair]) -> int:
-    """Writes `pairs` in the format `read_pairs_jsonl` reads; returns how many. The file appears
-    whole or not at all (written beside it, then renamed)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    count = 0
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for pair in pairs:
-            obj = {"prompt": pair.prompt, "chosen": pair.chosen, "rejected": pair.rejected}
-            if pair.margin:
-                obj["margin"] = pair.margin
-            f.write(json.dumps({**obj, **(pair.meta or {})}) + "\n")
-            count += 1
-    os.replace(path + ".tmp", path)
-    return count
+    """Writes `pairs` in the format `read_pairs_jsonl` reads, whole or not at all
+    (`jsonl.write_jsonl`); returns how many."""
+
+    def line(pair: Pair) -> dict[str, Any]:
+        obj = {"prompt": pair.prompt, "chosen": pair.chosen, "rejected": pair.rejected}
+        if pair.margin:
+            obj["margin"] = pair.margin
+        return {**obj, **(pair.meta or {})}
+
+    return write_jsonl(path, (line(pair) for pair in pairs))

@@ -21,15 +21,13 @@ training steps' majority label) with the margin's 95% interval over held-out pro
 from __future__ import annotations
 
 import itertools
-import json
-import os
 from typing import Any, NamedTuple
 
 import jax
 import ml_collections
 import numpy as np
 
-from jaxrl_llm.data.jsonl import json_objects
+from jaxrl_llm.data.jsonl import json_objects, write_jsonl
 from jaxrl_llm.data.presets import task_pool
 from jaxrl_llm.evals.intervals import clustered_difference_interval
 from jaxrl_llm.losses.reward_model import step_cross_entropy
@@ -187,10 +185,7 @@ def make_step_labels(
             continue  # an empty completion has no step
         labels[c][-1] = float(final[c])
         records.append({"prompt": texts[owner[c]], "completion": completion, "labels": labels[c]})
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record) + "\n")
-    os.replace(path + ".tmp", path)  # a kill mid-write leaves no half file to read as whole
+    write_jsonl(path, records)
     steps = [len(r["labels"]) for r in records]
     print(
         f"[jaxrl_llm] {sum(steps)} steps of {len(records)} completions labelled "

@@ -38,6 +38,7 @@ import ml_collections
 import numpy as np
 
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like
+from jaxrl_llm.data.jsonl import write_jsonl
 from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.data.sft import SftRecord, read_sft_jsonl
 from jaxrl_llm.metrics import MetricsWriter
@@ -217,10 +218,7 @@ def _write_json(path: str, value: dict[str, Any]) -> None:
 
 
 def _write_records(path: str, records: list[SftRecord]) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps({"prompt": r.prompt, "response": r.response}) + "\n")
-    os.replace(path + ".tmp", path)  # a kill mid-write leaves no half file to reread
+    write_jsonl(path, ({"prompt": r.prompt, "response": r.response} for r in records))
 
 
 def train_self_training(config: ml_collections.ConfigDict, workdir: str, *, progress: bool = True):
