@@ -17,8 +17,10 @@ evaluation of the mean curve and its step, each seed's drop from its own best to
 evaluation, the lowest ratio of a seed's last sampled-token entropy to its first (`train/entropy`;
 issue 42 asks the default to keep at least a third), the hacks a seed's last evaluation shows
 and its first did not (a constant answer, a copied input number: `jaxrl_llm.evals.hacks`, from
-the answers `eval_questions.jsonl` keeps; "not kept" for older runs), the mean wall time, and the
-CPU the runs recorded. `--out PREFIX` writes
+the answers `eval_questions.jsonl` keeps; "not kept" for older runs), the gain beyond chance (the
+gain in Cohen's kappa between answers and references, which a constant answer does not move:
+`jaxrl_llm.evals.agreement`; "not kept" where the records lack references), the mean wall time,
+and the CPU the runs recorded. `--out PREFIX` writes
 `PREFIX.md` (the same table, with the command, date and CPUs) and `PREFIX.png` (mean held-out
 accuracy against step with its 95% band, one line per group).
 
@@ -85,6 +87,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxrl_llm.config import flat_dict
+from jaxrl_llm.evals.agreement import kappa_intervals
 from jaxrl_llm.evals.hacks import EvalAnswers, find_hacks
 from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
 from jaxrl_llm.metrics import read_eval_rows, read_metrics
@@ -364,6 +367,17 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
     hacks = (
         {r.seed: find_hacks(r.answers[0], r.answers[r.final_step]) for r in runs} if kept else None
     )
+    # Kappa, the gain beyond what the answer distributions earn by chance (evals.agreement).
+    with_references = kept and all(r.answers[s].references for r in runs for s in (0, r.final_step))
+    beyond_chance = (
+        kappa_intervals(
+            [r.answers[0] for r in runs],
+            [r.answers[r.final_step] for r in runs],
+            num_resamples=num_resamples,
+        )
+        if with_references
+        else None
+    )
     interval = lambda table: seeds_questions_interval(table, num_resamples=num_resamples)  # noqa: E731
     return {
         "label": group.label,
@@ -380,6 +394,7 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         "entropy_ratio": min(entropy_ratios) if len(entropy_ratios) == len(runs) else None,
         "entropy_ratio_max": max(entropy_ratios) if len(entropy_ratios) == len(runs) else None,
         "hacks": hacks,
+        "beyond_chance": beyond_chance,
         "steps": sorted({r.final_step for r in runs}),
         "wall_min": float(np.mean([r.summary.get("wall_time_s", np.nan) for r in runs])) / 60,
         "hosts": hosts,
@@ -539,7 +554,8 @@ def difference_cell(interval: Interval) -> str:
 
 COLUMNS = (
     "group", "seeds", "before %", "after %", "gain (points)", "per-seed gains",
-    "best % (step)", "worst drop", "entropy last/first", "hacks (last eval)", "steps",
+    "best % (step)", "worst drop", "entropy last/first", "hacks (last eval)",
+    "gain beyond chance (kappa, points)", "steps",
     "wall (min)", "CPU",
 )  # fmt: skip
 
@@ -559,6 +575,7 @@ def row_cells(row: Mapping[str, Any]) -> list[str]:
         "" if row["worst_drop"] is None else f"{100 * row['worst_drop']:.1f}",
         "" if row["entropy_ratio"] is None else f"{row['entropy_ratio']:.2f}",
         hacks_cell(row["hacks"]),
+        "not kept" if row["beyond_chance"] is None else difference_cell(row["beyond_chance"].gain),
         ",".join(map(str, row["steps"])),
         f"{row['wall_min']:.1f}",
         "; ".join(row["hosts"]),
@@ -584,7 +601,11 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
         "evaluation to its last, in points. Entropy last/first: the lowest over seeds of the "
         "mean sampled-token entropy at the last step over that at the first. Hacks: a constant "
         "answer or a copied input number that a seed's last evaluation shows and its first did "
-        "not (`jaxrl_llm.evals.hacks`). A group of fewer than 3 seeds is a sketch, not a result.",
+        "not (`jaxrl_llm.evals.hacks`). Gain beyond chance: the gain in Cohen's kappa between "
+        "the greedy answers and the references, (accuracy - p_e) / (1 - p_e) with p_e the "
+        "accuracy the two answer distributions give by chance (0 for a constant answer, close to "
+        "the accuracy on a task of many answers; `jaxrl_llm.evals.agreement`), bootstrapped the "
+        "same way. A group of fewer than 3 seeds is a sketch, not a result.",
     ]
     if any(not r["per_question"] for r in rows):
         notes.append("Rows without per-question results resample seeds only.")

@@ -265,6 +265,41 @@ def test_hacks_column_reads_the_answers_the_writer_keeps(tmp_path, capsys):
     assert report.hacks_cell(report.summarize(group, num_resamples=100)["hacks"]) == "not kept"
 
 
+def test_gain_beyond_chance_does_not_count_a_constant(tmp_path, capsys):
+    """letter_counting's shape: the reference is "1" on 68% of the questions; a policy that
+    ends on the constant "1" gains 48 points of accuracy over a blind start that answers "10"
+    on 70% of the questions, and nothing beyond chance: its kappa is 0 at both ends."""
+    from jaxrl_llm.evals.agreement import kappa
+    from jaxrl_llm.metrics import MetricsWriter
+
+    references = ["1"] * 68 + ["2"] * 24 + ["3"] * 8
+    # "1" on 30 questions, right on 20 (of the 68 whose reference is 1), "10" elsewhere
+    start = ["10"] * 48 + ["1"] * 20 + ["10"] * 22 + ["1"] * 10
+    for seed in range(3):
+        path = make_run(tmp_path / "sweep" / f"lc_{seed}", seed=seed, task="letter_counting")
+        os.remove(os.path.join(path, "eval_questions.jsonl"))
+        writer = MetricsWriter(path, tensorboard=False)
+        for step, answers in ((0, start), (10, ["1"] * 100)):
+            correct = np.asarray([a == r for a, r in zip(answers, references, strict=True)])
+            details = {"letter_counting": {"answers": answers, "references": references,
+                                           "copied_input": np.zeros(100, bool)}}  # fmt: skip
+            writer.write_eval_questions(step, {"letter_counting": correct}, details)
+        writer.close()
+    (group,) = report.collect_groups([str(tmp_path / "sweep")])
+    row = report.summarize(group, num_resamples=200)
+    assert row["gain"].mean == pytest.approx(0.68 - 0.20)
+    before = kappa(start, references, [a == r for a, r in zip(start, references, strict=True)])
+    assert before == pytest.approx((0.20 - 0.30 * 0.68) / (1 - 0.30 * 0.68))  # just below 0
+    assert row["beyond_chance"].after.mean == pytest.approx(0.0)
+    assert row["beyond_chance"].gain.mean == pytest.approx(-before)
+    assert report.main([str(tmp_path / "sweep"), "--resamples", "200"]) == 0
+    cell = report.difference_cell(row["beyond_chance"].gain)
+    assert "(includes 0)" in cell and f"| {cell} |" in capsys.readouterr().out
+    old = [make_run(tmp_path / "old" / f"r{s}", seed=s) for s in range(3)]
+    (group,) = report.collect_groups([f"old={','.join(old)}"])
+    assert report.summarize(group, num_resamples=100)["beyond_chance"] is None
+
+
 @pytest.mark.parametrize(
     "hi_last, lo_last, rule, flag, reason, rule_text",
     [
