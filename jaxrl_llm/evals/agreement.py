@@ -67,7 +67,7 @@ def kappa(
       >>> kappa(["3", "5", None], ["3", "5", "7"], [1, 1, 0])   # p_o = 2/3, p_e = 2/9
       0.5714285714285714
     """
-    table = _coded(np.asarray([0]), [answers], references, [correct])
+    table = _coded([answers], references, [correct])
     weights_bq = np.ones((1, len(references)))
     return float(_kappas(weights_bq, *table)[0, 0])
 
@@ -128,12 +128,7 @@ def kappa_intervals(
             "held-out set."
         )
     num_seeds, num_questions = len(before), len(references)
-    coded = _coded(
-        np.arange(2 * num_seeds),
-        [e.answers for e in evaluations],
-        references,
-        [e.correct for e in evaluations],
-    )
+    coded = _coded([e.answers for e in evaluations], references, [e.correct for e in evaluations])
     rng = np.random.default_rng(seed)
     seeds_bs = rng.integers(0, num_seeds, size=(num_resamples, num_seeds))
     questions_bq = rng.integers(0, num_questions, size=(num_resamples, num_questions))
@@ -158,13 +153,12 @@ def kappa_intervals(
 
 
 def _coded(
-    rows: np.ndarray,
     answers: Sequence[Sequence[str | None]],
     references: Sequence[str],
     correct: Sequence[Sequence[int]],
 ) -> tuple[np.ndarray, np.ndarray]:
     """([E, Q] 0/1 correctness, [E, Q, Q] match[e, i, j] = answer e_i is reference j) of E
-    evaluations (`rows` indexes them) on one set of Q references."""
+    evaluations (`answers[e]`, `correct[e]`) on one set of Q references."""
     num_questions = len(references)
     if num_questions == 0:
         raise ValueError("kappa: no questions.")
@@ -179,14 +173,14 @@ def _coded(
     reference_keys = np.asarray([answer_key(r) or _NO_ANSWER for r in references], object)
     match_eqq = np.stack(
         [
-            np.asarray([answer_key(a) or _NO_ANSWER for a in answers[e]], object)[:, None]
+            np.asarray([answer_key(a) or _NO_ANSWER for a in evaluation], object)[:, None]
             == reference_keys[None, :]
-            for e in rows
+            for evaluation in answers
         ]
     ).astype(np.float64)
     reference_keys_none = reference_keys == _NO_ANSWER
     match_eqq[:, :, reference_keys_none] = 0.0  # "no answer" never agrees with anything
-    correct_eq = np.asarray([np.asarray(correct[e], np.float64) for e in rows])
+    correct_eq = np.asarray([np.asarray(c, np.float64) for c in correct])
     return correct_eq, match_eqq
 
 
