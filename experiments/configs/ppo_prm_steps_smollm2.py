@@ -83,5 +83,6 @@ def get_config(stage: str = "rl"):
         config.rewards.process_placement = "dense"
         config.rewards.process_refinement = "none"  # the sweep sets none / clip / delta
         config.rewards.process_eta = 0.5
+        config.rewards.count_steps = True  # the success-only arm logs steps per completion too
         config.train.num_steps = 30
     return config

@@ -71,6 +71,11 @@ def rewards_section() -> ml_collections.ConfigDict:
     # success reward on the final token, turned into per-token advantages by a critic's GAE
     # (PPO only; Gao et al.'s setting). Same return either way; dense changes the credit.
     c.process_placement = "summed"
+    # Log `reward/process_steps` (steps per completion, split on `step_marker`) also without a
+    # process model, so that a success-only baseline shows the step counts its PRM arms are
+    # compared on (issue 46: does the step-repeating hack appear?). With a process model the
+    # count is always logged.
+    c.count_steps = False
     return c
 
 

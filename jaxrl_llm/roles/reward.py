@@ -24,6 +24,7 @@ from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.models.precision import compute_params, merge_for_compute
 from jaxrl_llm.rewards import RewardOutput, RewardRunner
+from jaxrl_llm.rewards.refinement import split_steps
 from jaxrl_llm.roles.learner import place_batch, place_params
 from jaxrl_llm.rollout.batching import pack_prompts
 from jaxrl_llm.sharding import TRAIN_RULES, Rules, layout, param_shardings
@@ -104,6 +105,10 @@ class ModelReward:
 class RewardRole:
     """Reward functions plus an optional weighted reward model; called like a `RewardRunner`.
 
+    With a process model its summed step rewards join the total and `per_function` gets
+    "process" and "process_steps" (steps per completion); without one, `step_marker` (set by
+    `config.rewards.count_steps`) still logs "process_steps", counted by `split_steps`.
+
     Example:
       >>> rewards = RewardRole(RewardRunner({"task": task_reward}))
       >>> out = rewards(prompts, completions, examples)       # RewardOutput
@@ -118,9 +123,12 @@ class RewardRole:
         process=None,
         process_weight: float = 1.0,
         judges=None,
+        step_marker: str | None = None,
     ):
         self.functions, self.model, self.model_weight = functions, model, model_weight
         self.process, self.process_weight = process, process_weight
+        # without a process model, count each completion's steps on this marker (None: don't)
+        self.step_marker = step_marker
         self.judges = judges  # a `jaxrl_llm.constraints.JudgeMixture`, or None
 
     @property
@@ -153,6 +161,10 @@ class RewardRole:
             )
             # weighted as they enter the total, for dense placement (`losses.step_token_rewards`)
             steps = scored.steps._replace(rewards=self.process_weight * scored.steps.rewards)
+        elif self.step_marker is not None:  # the same count the process model would score
+            per_function["process_steps"] = np.array(
+                [len(split_steps(c, self.step_marker)) for c in completions], np.float32
+            )
         if self.judges is not None:  # verdicts, not rewards: they never enter the total
             verdicts = self.judges(prompts, completions, examples)
             for name, row in zip(verdicts.names, verdicts.violations, strict=True):

@@ -308,6 +308,7 @@ def build_roles(
         process=process,
         process_weight=config.rewards.process_weight,
         judges=build_judge_mixture(config, parts, judge_base),
+        step_marker=config.rewards.step_marker if config.rewards.get("count_steps") else None,
     )
     return Roles(placement, actor, rollout, reward, reference, critic)
 

@@ -124,6 +124,15 @@ def test_the_reward_role_hands_over_the_weighted_refined_steps(tokenizer, prm_pa
     np.testing.assert_allclose(out.steps.rewards, 0.5 * scores.steps.rewards, atol=1e-7)
     np.testing.assert_allclose(out.total, 1.0 + out.steps.rewards.sum(1), atol=1e-6)
     np.testing.assert_array_equal(out.per_function["process_steps"], [3, 1, 0, 2])
+    # a success-only baseline (`rewards.count_steps`) logs the same counts, reward unchanged
+    baseline = RewardRole(RewardRunner({"task": lambda p, c, e: 1.0}, timeout_s=None),
+                          step_marker="\n")  # fmt: skip
+    counted = baseline(prompts, completions, [None] * 4)
+    np.testing.assert_array_equal(counted.per_function["process_steps"], [3, 1, 0, 2])
+    np.testing.assert_array_equal(counted.total, [1.0] * 4)
+    assert counted.steps is None and "process" not in counted.per_function
+    plain = RewardRole(RewardRunner({"task": lambda p, c, e: 1.0}, timeout_s=None))
+    assert "process_steps" not in plain(prompts, completions, [None] * 4).per_function
     with pytest.raises(ValueError, match=r"ProcessReward: eta=1.5 is outside"):
         ProcessReward(load_scalar_model(prm_path), tokenizer, refinement="clip", eta=1.5)
 
@@ -146,6 +155,7 @@ def test_every_stage_of_the_experiment_config_is_valid(name):
         )
     assert "{steps}" in stages["sft"].sft.response_template
     assert stages["rl"].algorithm == "ppo" and stages["rl"].rewards.process_placement == "dense"
+    assert stages["rl"].rewards.count_steps  # the success-only arm logs steps per completion
     with pytest.raises(ValueError, match="the stage must be one of"):
         module.get_config("ppo")
 
