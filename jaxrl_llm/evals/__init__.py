@@ -1,5 +1,6 @@
 """Evaluation: greedy pass@1, sampled pass@k and maj@k over several prompt sets, held-out
-accuracy beyond chance (Cohen's kappa), and the adversarial-arithmetic robustness evaluation. The command line is `python -m jaxrl_llm.evaluate`.
+accuracy beyond chance (Cohen's kappa), and the adversarial-arithmetic robustness evaluation.
+The command line is `python -m jaxrl_llm.evaluate`.
 """
 
 from jaxrl_llm.evals.adversarial import (

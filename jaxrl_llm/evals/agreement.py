@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxrl_llm.evals.hacks import EvalAnswers, answer_key
-from jaxrl_llm.evals.intervals import Interval
+from jaxrl_llm.evals.intervals import Interval, percentile_interval
 
 __all__ = ["KappaIntervals", "kappa", "kappa_intervals"]
 
@@ -138,17 +138,11 @@ def kappa_intervals(
     point_e = _kappas(np.ones((1, num_questions)), *coded)[0]
     first_bs = np.take_along_axis(kappas_be[:, :num_seeds], seeds_bs, axis=1)
     last_bs = np.take_along_axis(kappas_be[:, num_seeds:], seeds_bs, axis=1)
-    tail = 100 * (1.0 - confidence) / 2
-
-    def interval(point: float, replicates_bs: np.ndarray) -> Interval:
-        low, high = np.percentile(replicates_bs.mean(1), [tail, 100 - tail])
-        return Interval(float(point), float(low), float(high), confidence)
-
     first, last = point_e[:num_seeds], point_e[num_seeds:]
     return KappaIntervals(
-        interval(first.mean(), first_bs),
-        interval(last.mean(), last_bs),
-        interval((last - first).mean(), last_bs - first_bs),
+        percentile_interval(float(first.mean()), first_bs.mean(1), confidence),
+        percentile_interval(float(last.mean()), last_bs.mean(1), confidence),
+        percentile_interval(float((last - first).mean()), (last_bs - first_bs).mean(1), confidence),
     )
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "Interval",
     "clustered_difference_interval",
     "difference_interval",
+    "percentile_interval",
     "seeds_questions_interval",
 ]
 
@@ -88,7 +89,7 @@ def seeds_questions_interval(
     seeds_bs = rng.integers(0, num_seeds, size=(num_resamples, num_seeds))
     questions_bq = rng.integers(0, num_questions, size=(num_resamples, num_questions))
     replicates_b = _crossed_means(values_sq, seeds_bs, questions_bq)
-    return _percentile_interval(float(values_sq.mean()), replicates_b, confidence)
+    return percentile_interval(float(values_sq.mean()), replicates_b, confidence)
 
 
 def _crossed_means(values_sq: np.ndarray, seeds_bs: np.ndarray, questions_bq: np.ndarray):
@@ -97,7 +98,10 @@ def _crossed_means(values_sq: np.ndarray, seeds_bs: np.ndarray, questions_bq: np
     return values_sq[seeds_bs[:, :, None], questions_bq[:, None, :]].mean(axis=(1, 2))
 
 
-def _percentile_interval(mean: float, replicates_b: np.ndarray, confidence: float) -> Interval:
+def percentile_interval(mean: float, replicates_b: np.ndarray, confidence: float) -> Interval:
+    """`Interval(mean, ...)` whose ends are the (1 - confidence) / 2 and (1 + confidence) / 2
+    percentiles of the bootstrap replicates [B] (the percentile bootstrap of the module
+    docstring); every interval here is made by it."""
     tail = 100 * (1.0 - confidence) / 2
     low, high = np.percentile(replicates_b, [tail, 100 - tail])
     return Interval(mean, float(low), float(high), confidence)
@@ -145,7 +149,7 @@ def difference_interval(
 
     diffs_b = replicates(values_sq) - replicates(baseline_rq)
     mean = float(values_sq.mean() - baseline_rq.mean())
-    return _percentile_interval(mean, diffs_b, confidence)
+    return percentile_interval(mean, diffs_b, confidence)
 
 
 def clustered_difference_interval(
@@ -190,4 +194,4 @@ def clustered_difference_interval(
     clusters_bc = rng.integers(0, len(n), size=(num_resamples, len(n)))
     drawn = n[clusters_bc].sum(1)
     diffs_b = (a[clusters_bc].sum(1) - b[clusters_bc].sum(1)) / np.maximum(drawn, 1.0)
-    return _percentile_interval(float((a.sum() - b.sum()) / n.sum()), diffs_b, confidence)
+    return percentile_interval(float((a.sum() - b.sum()) / n.sum()), diffs_b, confidence)

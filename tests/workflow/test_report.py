@@ -268,7 +268,7 @@ def test_hacks_column_reads_the_answers_the_writer_keeps(tmp_path, capsys):
 def test_gain_beyond_chance_does_not_count_a_constant(tmp_path, capsys):
     """letter_counting's shape: the reference is "1" on 68% of the questions; a policy that
     ends on the constant "1" gains 48 points of accuracy over a blind start that answers "10"
-    on 70% of the questions, and nothing beyond chance: its kappa is 0 at both ends."""
+    on 70% of the questions, and nothing beyond chance: its kappa ends at 0 from just below 0."""
     from jaxrl_llm.evals.agreement import kappa
     from jaxrl_llm.metrics import MetricsWriter
 
