@@ -181,6 +181,28 @@ def test_gae_lambda_one_is_monte_carlo():
     _tight(a, mc - v)
 
 
+def test_whitened_gae_with_a_fresh_critic_pushes_down_correct_early_tokens_unless_lambda_one():
+    # The value-initialisation bias of VC-PPO (2503.01491) that experiments/configs/
+    # ppo_prm_steps_smollm2.py avoids with lambda 1: 7 of 10 completions right (score 1 on
+    # the last of 40 tokens), critic values 0. At lambda 0.95 the first token of a correct
+    # completion gets 0.95^39 = 0.135 before whitening, below the token mean (0.7 * 0.436 =
+    # 0.305), so it is pushed down; at lambda 1 every token of it gets 1 - 0.7 > 0.
+    length, right = 40, 7
+    scores = np.array([1.0] * right + [0.0] * (10 - right), np.float32)
+    rewards = np.zeros((10, length), np.float32)
+    rewards[:, -1] = scores
+    mask, values = np.ones_like(rewards), np.zeros_like(rewards)
+    raw, _ = adv.gae(rewards, values, mask, gamma=1.0, lam=0.95)
+    np.testing.assert_allclose(raw[0, 0], 0.95**39, rtol=1e-5)
+    biased = np.asarray(adv.whiten(raw, mask))
+    first_pushed_up = int(np.argmax(biased[0] > 0))
+    assert (biased[0, :first_pushed_up] < 0).all() and first_pushed_up == 16
+    monte_carlo = np.asarray(
+        adv.whiten(adv.gae(rewards, values, mask, gamma=1.0, lam=1.0)[0], mask)
+    )
+    assert (monte_carlo[:right] > 0).all() and (monte_carlo[right:] < 0).all()
+
+
 def test_gae_matches_reference_loop():
     rng = np.random.default_rng(1)
     r = rng.normal(size=(4, 7)).astype(np.float32)

@@ -84,5 +84,22 @@ def get_config(stage: str = "rl"):
         config.rewards.process_refinement = "none"  # the sweep sets none / clip / delta
         config.rewards.process_eta = 0.5
         config.rewards.count_steps = True  # the success-only arm logs steps per completion too
+        # GAE's lambda 1 (returns-to-go minus the critic's value), not PPO's 0.95. With 0.95
+        # and a fresh critic (V ~ 0), a final-token reward reaches token t as 0.95^(L-1-t) s:
+        # about 0.13 s at the first of ~40 tokens. Whitening then subtracts the batch's token
+        # mean (about 0.3 when 70% of the SFT policy's samples are right), so the first 16
+        # tokens of every *correct* completion get a negative advantage. The success-only arm
+        # at 0.95 fell from 72% right samples to 9% in three updates and ended at 38.5% held
+        # out from 62.5% (2026-12-01, records docs/reports/runs/prm_refinement/lam_095). This
+        # is the value-initialisation bias of "What's Behind PPO's Collapse in Long-CoT? Value
+        # Optimization Holds the Secret" (VC-PPO, 2503.01491), which takes lambda 1 for the
+        # critic's targets; here it is one lambda for both: step rewards still credit only
+        # the tokens before them, and the return of a trajectory is what Clip / Delta bound.
+        config.loss.lam = 1.0
+        # A third of PPO's actor rate (3e-5). At 3e-5 and lambda 1 the sampled accuracy still
+        # fell from 72% to 12% by the fourth step (two updates past the warm-up) and the summed
+        # KL to the SFT policy reached ~5 nats a completion: Adam moves every weight by about
+        # the rate whatever the gradient, and the SFT policy is peaked (entropy 0.02 a token).
+        config.optimizer.learning_rate = 1e-5
         config.train.num_steps = 30
     return config
