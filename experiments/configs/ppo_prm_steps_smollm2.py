@@ -97,7 +97,7 @@ def get_config(stage: str = "rl"):
         # the tokens before them, and the return of a trajectory is what Clip / Delta bound.
         config.loss.lam = 1.0
         # A third of PPO's actor rate (3e-5). At 3e-5 and lambda 1 the sampled accuracy still
-        # fell from 72% to 12% by the fourth step (two updates past the warm-up) and the summed
+        # fell from 72% to 12% by the fourth step (after three updates) and the summed
         # KL to the SFT policy reached ~5 nats a completion: Adam moves every weight by about
         # the rate whatever the gradient, and the SFT policy is peaked (entropy 0.02 a token).
         config.optimizer.learning_rate = 1e-5
