@@ -47,6 +47,7 @@ __all__ = [
     "metric_section",
     "metrics_markdown",
     "plot_metric",
+    "running_peak",
     "save_step_figure",
     "step_axes",
     "summarize_metric",
@@ -77,6 +78,9 @@ class MetricRow(NamedTuple):
       end_table: [S, window] each seed's last `window` values (for differences between groups).
       curves: {step: [value per seed]} at the steps every seed logged.
       seed_ends: each seed's end, in seed order.
+      seed_peaks: each seed's highest mean over `window` consecutive logged steps and the
+        last step of that window, in seed order: a hack that appears mid-run and recedes
+        (issue 46's step repeating) shows here and not at the end.
     """
 
     label: str
@@ -87,6 +91,19 @@ class MetricRow(NamedTuple):
     end_table: np.ndarray
     curves: dict[int, list[float]]
     seed_ends: list[float]
+    seed_peaks: list[tuple[float, int]]
+
+
+def running_peak(curve: Mapping[int, float], window: int) -> tuple[float, int]:
+    """(the highest mean over `window` consecutive logged steps of `curve`, the last step of
+    that window); a curve shorter than the window gives its mean and its last step. Ties go
+    to the earliest window."""
+    steps = sorted(curve)
+    values = np.array([curve[s] for s in steps], np.float64)
+    width = min(window, len(values))
+    means = np.convolve(values, np.full(width, 1.0 / width), mode="valid")
+    best = int(np.argmax(means))
+    return float(means[best]), steps[best + width - 1]
 
 
 def summarize_metric(
@@ -128,6 +145,7 @@ def summarize_metric(
         end_table=end_sw,
         curves={s: [curve[s] for curve in curves_by_seed] for s in shared},
         seed_ends=[float(v) for v in end_sw.mean(1)],
+        seed_peaks=[running_peak(curve, width) for curve in curves_by_seed],
     )
 
 
@@ -194,16 +212,18 @@ def metrics_markdown(
         f"Training-stream metrics (`metrics.jsonl`): start and end are each seed's mean over "
         f"its first and last {window} logged steps, as the mean over seeds with a 95% interval "
         "(seeds and step positions resampled; steps within a window are correlated, so the "
-        "interval is optimistic: see the per-seed ends).",
+        "interval is optimistic: see the per-seed ends). Per-seed peak: each seed's highest "
+        f"mean over {window} consecutive steps, at the window's last step (a change mid-run "
+        "that recedes by the end shows there).",
         "",
-        "| metric | group | start | end | change | per-seed ends |"
+        "| metric | group | start | end | change | per-seed ends | per-seed peaks (step) |"
         + (f" end minus {against} |" if against else ""),
-        "| --- | --- | --- | --- | --- | --- |" + (" --- |" if against else ""),
+        "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if against else ""),
     ]
     for row in rows:
         if not isinstance(row, MetricRow):
             label, name = row
-            lines.append(f"| {name} | {label} | not logged by every seed | | | |"
+            lines.append(f"| {name} | {label} | not logged by every seed | | | | |"
                          + (" |" if against else ""))  # fmt: skip
             continue
         cells = [
@@ -213,6 +233,7 @@ def metrics_markdown(
             _cell(row.end),
             _difference_cell(row.change),
             " / ".join(f"{v:.3g}" for v in row.seed_ends),
+            " / ".join(f"{v:.3g} ({step})" for v, step in row.seed_peaks),
         ]
         if against:
             diff = (differences or {}).get((row.name, row.label))

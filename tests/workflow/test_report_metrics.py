@@ -38,6 +38,16 @@ def test_start_end_and_change_by_hand():
     assert row.curves == {1: [1.0, 2.0], 2: [1.0, 2.0], 3: [3.0, 6.0], 4: [3.0, 6.0]}
 
 
+def test_the_peak_finds_a_rise_that_recedes_by_the_end():
+    # steps 1..9: flat 4, a burst of 9 at steps 4-5, back to 4; window 2 -> peak 9 ending at 5
+    curve = {s: 9.0 if s in (4, 5) else 4.0 for s in range(1, 10)}
+    assert report_metrics.running_peak(curve, 2) == (pytest.approx(9.0), 5)
+    assert report_metrics.running_peak(curve, 3) == (pytest.approx(22.0 / 3), 5)  # 4 9 9 or 9 9 4
+    assert report_metrics.running_peak({3: 1.0, 7: 2.0}, 5) == (pytest.approx(1.5), 7)
+    flat_ends = report_metrics.summarize_metric("g", [curve, curve], "m", window=2)
+    assert flat_ends.seed_ends == [4.0, 4.0] and flat_ends.seed_peaks == [(9.0, 5), (9.0, 5)]
+
+
 def test_a_run_shorter_than_the_window_uses_what_it_has_and_a_silent_seed_gives_none():
     row = report_metrics.summarize_metric("g", [{1: 1.0, 2: 3.0}], "m", window=5)
     assert row.start.mean == pytest.approx(2.0) and row.end.mean == pytest.approx(2.0)
@@ -75,12 +85,13 @@ def test_report_command_writes_the_metric_table_difference_and_curve(tmp_path, c
     rows = [line for line in text.splitlines() if line.startswith("| reward/process_steps |")]
     assert len(rows) == 2
     cells = {row.split(" | ")[1]: row.strip("| ").split(" | ") for row in rows}
-    # metric, group, start, end, change, per-seed ends, end minus success
+    # metric, group, start, end, change, per-seed ends, per-seed peaks, end minus success
     assert cells["success"][2:6] == ["3.1 [3, 3.2]", "3.1 [3, 3.2]", "+0 [+0, +0] (includes 0)",
                                      "3 / 3.1 / 3.2"]  # fmt: skip
     assert cells["raw"][2:6] == ["3 [3, 3]", "6.1 [6, 6.2]", "+3.1 [+3, +3.2]", "6 / 6.1 / 6.2"]
-    assert len(cells["success"]) == 6  # no difference to itself
-    mean, low, high = (float(x) for x in re.findall(r"[-+][\d.]+", cells["raw"][6]))
+    assert cells["raw"][6] == "6 (8) / 6.1 (8) / 6.2 (8)"  # first window all raised: steps 6-8
+    assert len(cells["success"]) == 7  # no difference to itself
+    mean, low, high = (float(x) for x in re.findall(r"[-+][\d.]+", cells["raw"][7]))
     assert mean == pytest.approx(3.0) and 2.8 <= low < 3.0 < high <= 3.2
     assert os.path.isfile(str(out) + "_reward_process_steps.png")
 
