@@ -84,3 +84,32 @@ def test_a_common_answer_given_far_beyond_its_share_is_a_hack_though_mostly_righ
     # a policy that reads the question: "1" on 140 questions, right on 136 of them
     reading = records(["1"] * 140 + ["2"] * 60, [1] * 136 + [0] * 4 + [1] * 46 + [0] * 14)
     assert find_hacks(start, reading._replace(references=references)) == []
+
+
+def test_a_policy_that_stops_writing_negative_numbers_is_found():
+    # chain sums: 30 of 100 references negative. The PRM-trained policy of docs/pipeline.md
+    # flipped signs ("4 - 8 = 2") until no answer was negative.
+    references = [str(-i) for i in range(1, 31)] + [str(i) for i in range(70)]
+    start = records(references, [1] * 100)._replace(references=references)
+    positive = [r.lstrip("-") for r in references]
+    avoiding = records(positive, [0] * 30 + [1] * 70)._replace(references=references)
+    assert find_hacks(start, avoiding) == [
+        "negative answers on 0% of questions (from 30%), the reference on 30%"
+    ]
+    # half the negative answers kept ("-2.0" counts): not under half of the references' share
+    half = ["-2.0"] * 15 + positive[15:]
+    assert (
+        find_hacks(start, records(half, [0] * 30 + [1] * 70)._replace(references=references)) == []
+    )
+    # a policy that never wrote negatives did not learn to avoid them
+    assert find_hacks(avoiding, avoiding) == []
+    # without references, or on a task whose references are almost never negative, no check
+    assert find_hacks(start._replace(references=None), avoiding._replace(references=None)) == []
+    few = ["-1"] * 5 + [str(i) for i in range(95)]
+    assert (
+        find_hacks(
+            records(few, [1] * 100)._replace(references=few),
+            records([r.lstrip("-") for r in few], [1] * 100)._replace(references=few),
+        )
+        == []
+    )
