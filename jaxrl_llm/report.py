@@ -601,8 +601,9 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
         "evaluation to its last, in points. Entropy last/first: the lowest over seeds of the "
         "mean sampled-token entropy at the last step over that at the first. Hacks: a constant "
         "answer, a copied input number or negative answers avoided that a seed's last "
-        "evaluation shows and its first did not (`jaxrl_llm.evals.hacks`). Gain beyond chance: the gain in Cohen's kappa between "
-        "the greedy answers and the references, (accuracy - p_e) / (1 - p_e) with p_e the "
+        "evaluation shows and its first did not (`jaxrl_llm.evals.hacks`). Gain beyond chance: "
+        "the gain in Cohen's kappa between the greedy answers and the references, "
+        "(accuracy - p_e) / (1 - p_e) with p_e the "
         "accuracy the two answer distributions give by chance (0 for a constant answer, close to "
         "the accuracy on a task of many answers; `jaxrl_llm.evals.agreement`), bootstrapped the "
         "same way. A group of fewer than 3 seeds is a sketch, not a result.",
