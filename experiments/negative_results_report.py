@@ -24,29 +24,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 
 import numpy as np
 
+from jaxrl_llm.evals.hacks import is_negative_number
 from jaxrl_llm.evals.intervals import percentile_interval, seeds_questions_interval
+from jaxrl_llm.metrics import read_eval_rows
 from jaxrl_llm.rewards.refinement import split_steps
 
 _STEP_RESULT = re.compile(r"(?:=|answer is)\s*(-?\d+)\s*\.?\s*$")
 
 
-def _is_negative(number: str | None) -> bool:
-    return number is not None and str(number).strip().startswith("-")
-
-
 def label_by_sign(steps_path: str):
     """(mean label of steps whose result is < 0, of the others, their counts, and the
     Interval of the difference) over the PRM stage's steps.jsonl records."""
-    neg_sum, neg_n, pos_sum, pos_n = [], [], [], []
+    sums_c2, counts_c2 = [], []  # per completion: [steps with a negative result, the others]
     with open(steps_path) as f:
         for line in f:
             record = json.loads(line)
-            sums = {True: [0.0, 0], False: [0.0, 0]}
             text = record["completion"]
             spans = split_steps(text)  # the PRM stage's steps, one label each
             if len(spans) != len(record["labels"]):
@@ -54,32 +50,32 @@ def label_by_sign(steps_path: str):
                     f"{steps_path}: a record has {len(spans)} steps and "
                     f"{len(record['labels'])} labels; pass the steps.jsonl of the PRM stage."
                 )
+            sums, counts = [0.0, 0.0], [0, 0]
             for (start, end), label in zip(spans, record["labels"], strict=True):
                 match = _STEP_RESULT.search(text[start:end])
                 if match:
-                    cell = sums[_is_negative(match.group(1))]
-                    cell[0] += label
-                    cell[1] += 1
-            neg_sum.append(sums[True][0])
-            neg_n.append(sums[True][1])
-            pos_sum.append(sums[False][0])
-            pos_n.append(sums[False][1])
-    neg_sum, neg_n, pos_sum, pos_n = map(np.asarray, (neg_sum, neg_n, pos_sum, pos_n))
-    neg_mean, pos_mean = neg_sum.sum() / neg_n.sum(), pos_sum.sum() / pos_n.sum()
+                    side = 0 if is_negative_number(match.group(1)) else 1
+                    sums[side] += label
+                    counts[side] += 1
+            sums_c2.append(sums)
+            counts_c2.append(counts)
+    sums_c2, counts_c2 = np.asarray(sums_c2), np.asarray(counts_c2)
+    neg_mean, pos_mean = sums_c2.sum(0) / counts_c2.sum(0)
     # Cluster bootstrap (Davison & Hinkley 1997, section 3.8): draw whole completions, so the
     # steps of one completion move together, and take the two ratios of sums in each draw.
     rng = np.random.default_rng(0)
-    drawn_bc = rng.integers(0, len(neg_n), size=(4000, len(neg_n)))
-    replicates_b = neg_sum[drawn_bc].sum(1) / np.maximum(neg_n[drawn_bc].sum(1), 1) - pos_sum[
-        drawn_bc
-    ].sum(1) / np.maximum(pos_n[drawn_bc].sum(1), 1)
-    diff = percentile_interval(float(neg_mean - pos_mean), replicates_b, 0.95)
-    return neg_mean, pos_mean, int(neg_n.sum()), int(pos_n.sum()), diff
+    drawn_bc = rng.integers(0, len(counts_c2), size=(4000, len(counts_c2)))
+    means_b2 = sums_c2[drawn_bc].sum(1) / np.maximum(counts_c2[drawn_bc].sum(1), 1)
+    diff = percentile_interval(float(neg_mean - pos_mean), means_b2[:, 0] - means_b2[:, 1], 0.95)
+    neg_n, pos_n = counts_c2.sum(0)
+    return neg_mean, pos_mean, int(neg_n), int(pos_n), diff
 
 
 def _evals(trial_dir: str) -> list[dict]:
-    with open(os.path.join(trial_dir, "eval_questions.jsonl")) as f:
-        return sorted((json.loads(line) for line in f), key=lambda r: int(r["step"]))
+    """The trial's held-out evaluations in step order (`read_eval_rows`: a step evaluated
+    twice by a resumed run keeps its last line)."""
+    rows = read_eval_rows(trial_dir)
+    return [rows[key] for key in sorted(rows)]
 
 
 def _fmt(interval) -> str:
@@ -93,8 +89,10 @@ def group_rows(label: str, dirs: list[str]) -> list[str]:
     for which, name in ((0, "first"), (-1, "last")):
         records = [evals[which] for evals in per_seed]
         references = records[0]["references"]
-        negative_ref = np.array([_is_negative(r) for r in references])
-        answers_sq = np.array([[_is_negative(a) for a in r["answers"]] for r in records], float)
+        negative_ref = np.array([is_negative_number(r) for r in references])
+        answers_sq = np.array(
+            [[is_negative_number(a) for a in r["answers"]] for r in records], float
+        )
         correct_sq = np.array([r["correct"] for r in records], float)
         rows.append(
             f"| {label} | {name} (step {', '.join(str(r['step']) for r in records)}) "

@@ -60,6 +60,7 @@ __all__ = [
     "constant_answer",
     "copied_input",
     "find_hacks",
+    "is_negative_number",
 ]
 
 CONSTANT_MIN_SHARE = 0.2  # of the questions, at the end
@@ -151,14 +152,15 @@ def _share_of(records: EvalAnswers, answer: str) -> float:
     return float(np.mean([answer_key(a) == answer for a in records.answers]))
 
 
-def _is_negative_number(answer: str | None) -> bool:
+def is_negative_number(answer: str | None) -> bool:
+    """Whether an answer is a negative number (by `answer_key`: "-2.0" is, "-x" is not)."""
     key = answer_key(answer)
     return key is not None and number_key(key) is not None and key.startswith("-")
 
 
 def _negative_share(answers: Sequence[str | None]) -> float:
     """The share of `answers` that are negative numbers (by `answer_key`: "-2.0" counts)."""
-    return float(np.mean([_is_negative_number(a) for a in answers]))
+    return float(np.mean([is_negative_number(a) for a in answers]))
 
 
 def find_hacks(start: EvalAnswers, end: EvalAnswers) -> list[str]:

@@ -54,9 +54,9 @@ def test_group_rows_split_accuracy_by_the_references_sign(tmp_path):
         trial = tmp_path / f"seed{seed}"
         trial.mkdir()
         evals = [
-            {"step": 0, "references": references, "answers": references,
+            {"step": 0, "set": "held_out", "references": references, "answers": references,
              "correct": [True] * 4},
-            {"step": 30, "references": references, "answers": last_answers,
+            {"step": 30, "set": "held_out", "references": references, "answers": last_answers,
              "correct": [a == r for a, r in zip(last_answers, references, strict=True)]},
         ]  # fmt: skip
         _write_jsonl(trial / "eval_questions.jsonl", evals[::-1])  # any order on disk
