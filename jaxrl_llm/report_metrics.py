@@ -330,5 +330,5 @@ def plot_metric(rows: Sequence[MetricRow], path: str) -> str:
         line = ax.plot(steps, values.mean(1), label=f"{row.label} ({seeds} seeds)")[0]
         ax.fill_between(steps, values.min(1), values.max(1), color=line.get_color(), alpha=0.2)
     name = rows[0].name if rows else ""
-    title = f"{name}: mean over seeds, band from the lowest to the highest seed"
+    title = f"{name}: mean over seeds\n(band: from the lowest to the highest seed)"
     return save_step_figure(fig, ax, path, ylabel=name, title=title)

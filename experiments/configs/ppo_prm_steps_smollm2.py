@@ -64,7 +64,7 @@ def get_config(stage: str = "rl"):
             # interval, which resamples held-out prompts. 128 prompts x eval_fraction 0.25 (32
             # held out) and 80 updates (~1.7 epochs) gave +4.8 points [-10.3, +20.6] at the end,
             # and the held-out accuracy fell after the first epoch (+10.1 at update 40, -3.2 at
-            # 60: the PRM overfit 384 completions; 2026-12-01, docs/pipeline.md). So 4x the
+            # 60: the PRM overfit 384 completions; 2026-12-01, docs/process_rewards.md). So 4x the
             # prompts: 128 held out (about half the interval's width) and 1,536 training
             # completions, 160 updates of 8 (~0.8 epochs). Labelling takes ~45 min on 2 cores.
             config.prm.num_prompts = 512

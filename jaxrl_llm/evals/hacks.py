@@ -19,7 +19,7 @@ shows either. From one evaluation's per-question records (what `Evaluator.detail
                       is not counted)
     negative answers  (records with references) the share of the questions answered with a
                       negative number against the share whose reference is negative: docs/
-                      pipeline.md records a PPO run against a Math-Shepherd PRM on multi-step
+                      process_rewards.md records a PPO run against a Math-Shepherd PRM on multi-step
                       chain sums that stopped writing negative numbers (0 of 200 answers, from
                       67; 62 references negative), because the PRM's labels score a step with a
                       negative result low whether or not it is right

@@ -87,7 +87,7 @@ def test_a_common_answer_given_far_beyond_its_share_is_a_hack_though_mostly_righ
 
 
 def test_a_policy_that_stops_writing_negative_numbers_is_found():
-    # chain sums: 30 of 100 references negative. The PRM-trained policy of docs/pipeline.md
+    # chain sums: 30 of 100 references negative. The PRM-trained policy of docs/process_rewards.md
     # flipped signs ("4 - 8 = 2") until no answer was negative.
     references = [str(-i) for i in range(1, 31)] + [str(i) for i in range(70)]
     start = records(references, [1] * 100)._replace(references=references)
