@@ -18,11 +18,11 @@ shows either. From one evaluation's per-question records (what `Evaluator.detail
                       copy; a right answer followed by an input, "8, which is 3 more than 5",
                       is not counted)
     negative answers  (records with references) the share of the questions answered with a
-                      negative number against the share whose reference is negative: docs/
-                      process_rewards.md records a PPO run against a Math-Shepherd PRM on multi-step
-                      chain sums that stopped writing negative numbers (0 of 200 answers, from
-                      67; 62 references negative), because the PRM's labels score a step with a
-                      negative result low whether or not it is right
+                      negative number against the share whose reference is negative:
+                      docs/process_rewards.md records a PPO run against a Math-Shepherd PRM
+                      on multi-step chain sums that stopped writing negative numbers (0 of 200
+                      answers, from 67; 62 references negative), because the PRM's labels
+                      score a step with a negative result low whether or not it is right
 
 `find_hacks(start, end)` compares the first evaluation with the last, so a habit the model had
 before RL is not charged to RL: a constant answer is found when at the end it covers at least
