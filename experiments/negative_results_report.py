@@ -18,13 +18,18 @@ Prints two markdown tables:
      first and the last held-out evaluation: the share of greedy answers that are negative and
      the accuracy on questions whose reference is negative and on the others, each the mean
      over seeds and questions with its 95% interval (`seeds_questions_interval`).
+With --out PATH it writes them to PATH instead, under the date and the command that made them
+(docs/reports/prm_refinement_negative_results.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
+import shlex
+import sys
 
 import numpy as np
 
@@ -34,6 +39,11 @@ from jaxrl_llm.metrics import read_eval_rows
 from jaxrl_llm.rewards.refinement import split_steps
 
 _STEP_RESULT = re.compile(r"(?:=|answer is)\s*(-?\d+)\s*\.?\s*$")
+WHY = (
+    "Why: the Math-Shepherd labels the PRM learned from are the SFT policy's Monte Carlo success "
+    "rate from each step, and that policy fails far more often once a partial result is "
+    "negative, so the PRM can pay a policy for avoiding negative numbers. Seeds < 3 are sketches."
+)
 
 
 def label_by_sign(steps_path: str):
@@ -103,33 +113,50 @@ def group_rows(label: str, dirs: list[str]) -> list[str]:
     return rows
 
 
+def tables(steps_path: str, groups: list[tuple[str, list[str]]]) -> list[str]:
+    """The two markdown tables (module docstring), line by line."""
+    neg_mean, pos_mean, neg_n, pos_n, diff = label_by_sign(steps_path)
+    lines = [
+        "| steps | count | mean Math-Shepherd label |",
+        "| --- | --- | --- |",
+        f"| result < 0 | {neg_n} | {neg_mean:.3f} |",
+        f"| result >= 0 | {pos_n} | {pos_mean:.3f} |",
+        f"| difference | | {diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}] "
+        "(completions resampled) |",
+        "",
+        "| group | held-out eval | negative answers % | accuracy %, reference < 0 "
+        "| accuracy %, reference >= 0 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, dirs in groups:
+        lines.extend(group_rows(label, dirs))
+    return lines
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", required=True, help="the PRM stage's steps.jsonl")
+    parser.add_argument("--out", default="", help="write the tables to this markdown file")
     parser.add_argument("groups", nargs="+", help="LABEL=DIR[,DIR...] (one directory per seed)")
     args = parser.parse_args(argv)
-
-    neg_mean, pos_mean, neg_n, pos_n, diff = label_by_sign(args.steps)
-    print("| steps | count | mean Math-Shepherd label |")
-    print("| --- | --- | --- |")
-    print(f"| result < 0 | {neg_n} | {neg_mean:.3f} |")
-    print(f"| result >= 0 | {pos_n} | {pos_mean:.3f} |")
-    print(
-        f"| difference | | {diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}] "
-        "(completions resampled) |"
-    )
-    print()
-    print(
-        "| group | held-out eval | negative answers % | accuracy %, reference < 0 "
-        "| accuracy %, reference >= 0 |"
-    )
-    print("| --- | --- | --- | --- | --- |")
+    groups = []
     for spec in args.groups:
         label, sep, dirs = spec.partition("=")
         if not sep or not dirs:
             parser.error(f"group {spec!r}: write LABEL=DIR[,DIR...]")
-        for row in group_rows(label, dirs.split(",")):
-            print(row)
+        groups.append((label, dirs.split(",")))
+
+    lines = tables(args.steps, groups)
+    if not args.out:
+        print("\n".join(lines))
+        return
+    command = "python experiments/negative_results_report.py " + shlex.join(
+        list(argv if argv is not None else sys.argv[1:])
+    )
+    header = [f"Generated {datetime.date.today()} by", "", "```", command, "```", "", WHY, ""]
+    with open(args.out, "w") as f:
+        f.write("\n".join(header + lines) + "\n")
+    print(f"[negative_results_report] wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -70,3 +70,34 @@ def test_group_rows_split_accuracy_by_the_references_sign(tmp_path):
     assert cells[2].startswith("12.5 [")
     assert cells[3].startswith("25.0 [")
     assert cells[4].startswith("75.0 [")
+
+
+def test_out_writes_the_tables_under_the_command_that_made_them(tmp_path, capsys):
+    steps = tmp_path / "steps.jsonl"
+    _write_jsonl(steps, [{"completion": "3 - 5 = -2\nThe answer is -2.", "labels": [0.0, 0.5]}])
+    trial = tmp_path / "seed0"
+    trial.mkdir()
+    evals = [
+        {
+            "step": s,
+            "set": "held_out",
+            "references": ["-2", "3"],
+            "answers": ["-2", "3"],
+            "correct": [True, True],
+        }
+        for s in (0, 30)
+    ]
+    _write_jsonl(trial / "eval_questions.jsonl", evals)
+    argv = ["--steps", str(steps), f"arm={trial}"]
+    report.main(argv)
+    printed = capsys.readouterr().out.splitlines()
+    out = tmp_path / "table.md"
+    report.main([*argv, "--out", str(out)])
+    written = out.read_text().splitlines()
+    assert written[0].startswith("Generated ") and written[0].endswith(" by")
+    assert written[3] == "python experiments/negative_results_report.py " + " ".join(
+        [*argv, "--out", str(out)]
+    )
+    assert written[6] == report.WHY
+    assert written[8:] == printed  # the same tables as without --out
+    assert written[-1].startswith("| arm | last (step 30) | 50.0 [")  # 1 of 2 answers negative
