@@ -119,6 +119,39 @@ def test_delta_telescopes_to_first_minus_last_whatever_the_number_of_steps(num_s
     assert (np.abs(returns - 1.0) <= 1.0 + 1e-6).all()
 
 
+@pytest.mark.parametrize("first_low", [1, 2, 3])
+def test_a_drop_in_the_scores_from_one_step_on_charges_those_steps_only_without_delta(first_low):
+    """The pull behind the sign avoidance of issue 46 (docs/process_rewards.md): the PRM scores
+    every step after a negative partial result lower (mean label 0.164 against 0.614), i.e. the
+    same completion's scores drop by c from step j on. Unrefined and under Clip the return from
+    every token up to the last low step falls, so going negative is charged; under Delta the
+    return from step j on is unchanged (p_t - p_K: both dropped by c) and the steps before j
+    gain c (p_K lower), so the choice itself costs nothing."""
+    high = np.array([[0.70, 0.65, 0.75, 0.62]], np.float32)
+    drop = 0.45
+    low = high.copy()
+    low[0, first_low:] -= drop
+    mask = jnp.ones(high.shape, bool)
+    steps = np.arange(high.shape[1])
+    step_start_columns = 2 * steps  # `_dense_returns`: step k ends on column 2k + 1
+
+    def returns(probs, refinement):
+        refined = refine_rewards(jnp.asarray(probs), mask, refinement=refinement, eta=0.5)
+        return _dense_returns(refined, [1.0])[0, step_start_columns]
+
+    delta_change = returns(low, "delta") - returns(high, "delta")
+    np.testing.assert_allclose(delta_change, np.where(steps < first_low, drop, 0.0), atol=1e-6)
+    plain_change = returns(low, "none") - returns(high, "none")
+    low_steps_from_t = high.shape[1] - np.maximum(steps, first_low)
+    np.testing.assert_allclose(plain_change, -drop * low_steps_from_t, atol=1e-6)
+    clip_change = returns(low, "clip") - returns(high, "clip")
+    # Every high step is >= eta (clipped to 0), every low one under it (charged eta - p).
+    charged = np.minimum(low[0] - 0.5, 0.0)
+    want_clip = np.array([charged[max(t, first_low) :].sum() for t in steps])
+    np.testing.assert_allclose(clip_change, want_clip, atol=1e-6)
+    assert (clip_change < 0).all()
+
+
 def test_eta_outside_the_process_rewards_range_names_the_field():
     for eta in (0.5, 1.0, 1e-3):
         check_eta(eta)
