@@ -12,7 +12,7 @@ import ml_collections
 
 from jaxrl_llm.rewards.chance import task_answer_prior
 from jaxrl_llm.rewards.ensemble import ENSEMBLE_MODES
-from jaxrl_llm.rewards.process import PLACEMENTS, check_eta
+from jaxrl_llm.rewards.process import PLACEMENTS, check_eta, check_step_marker
 from jaxrl_llm.rewards.refinement import REFINEMENTS
 from jaxrl_llm.rewards.verifiers import check_answer_rule
 
@@ -60,7 +60,8 @@ def rewards_section() -> ml_collections.ConfigDict:
     # A process reward model (`process_reward_model` stage): its per-step scores, refined by
     # `process_refinement` ("none", "clip" with threshold `process_eta` in (0, 1], or "delta";
     # Gao et al. 2024) and summed, are added with `process_weight`; "" = none. Steps split on
-    # `step_marker`; a completion without it is one step (jaxrl_llm/rewards/process.py).
+    # `step_marker` (the model's own, `prm.marker`: a different one is refused); a completion
+    # without it is one step (jaxrl_llm/rewards/process.py).
     c.process_model = ""
     c.process_weight = 1.0
     c.process_refinement = "none"
@@ -106,8 +107,14 @@ def validate_rewards_section(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.rewards.process_placement={placement!r} must be one of {PLACEMENTS}."
         )
-    if config.rewards.process_model and config.rewards.process_refinement == "clip":
-        check_eta(config.rewards.process_eta, field="config.rewards.process_eta")
+    if config.rewards.process_model:
+        if config.rewards.process_refinement == "clip":
+            check_eta(config.rewards.process_eta, field="config.rewards.process_eta")
+        check_step_marker(
+            config.rewards.process_model,
+            config.rewards.step_marker,
+            field="config.rewards.step_marker",
+        )
     if placement == "dense" and not config.rewards.process_model:
         raise ValueError(
             "config.rewards.process_placement='dense' places a process reward model's step "

@@ -25,6 +25,8 @@ is free to draw); an empty completion has no step and earns only its success rew
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -43,6 +45,9 @@ PLACEMENTS = ("summed", "dense")
 # (low, high]: at eta <= 0 every clipped reward is 0 (the PRM is silenced), above 1 every step
 # is charged whatever its score.
 STEP_REWARD_RANGE = (0.0, 1.0)
+# Beside a process reward model's weights: the step separator its labels were split on
+# (`write_step_marker`), which the RL stage's `rewards.step_marker` must repeat.
+STEP_MARKER_FILE = "step_marker.json"
 
 
 def check_eta(eta: float, *, field: str = "eta") -> None:
@@ -58,6 +63,45 @@ def check_eta(eta: float, *, field: str = "eta") -> None:
             f"{field}={eta} is outside the process reward's range ({low:g}, {high:g}] (step "
             f"rewards are probabilities; Clip's min(p - eta, 0) is 0 everywhere at eta <= {low:g} "
             f"and charges every step above {high:g}): set it in ({low:g}, {high:g}], e.g. 0.5."
+        )
+
+
+def write_step_marker(directory: str, marker: str) -> None:
+    """Records in `directory` (a process reward model's) the separator its steps were split on."""
+    with open(os.path.join(directory, STEP_MARKER_FILE), "w") as f:
+        json.dump({"marker": marker}, f)
+
+
+def check_step_marker(directory: str, marker: str, *, field: str = "marker") -> None:
+    """Raises ValueError if the process reward model in `directory` learned steps split on
+    another separator than `marker`.
+
+    Steps split on another separator end on tokens the model never learned to score as step
+    ends; with one the policy never writes, every completion is a single step and the PRM an
+    outcome model. A model written before its stage recorded the marker is not checked.
+
+    Example:
+      >>> check_step_marker("runs/prm/process_reward_model", "\\n\\n",
+      ...                   field="config.rewards.step_marker")
+      ValueError: config.rewards.step_marker='\\n\\n' splits steps on another separator ...
+    """
+    path = os.path.join(directory, STEP_MARKER_FILE)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path) as f:
+            trained = json.load(f)["marker"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} is not a step-marker record ({error!r}): it should read "
+            '{"marker": "\\n"}; rewrite it with the separator of the stage that trained the '
+            "model (its config.prm.marker)."
+        ) from error
+    if marker != trained:
+        raise ValueError(
+            f"{field}={marker!r} splits steps on another separator than the process reward "
+            f"model in {directory!r} was trained on ({trained!r}, its {STEP_MARKER_FILE}): "
+            f"set {field}={trained!r}."
         )
 
 

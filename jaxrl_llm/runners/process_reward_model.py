@@ -14,8 +14,10 @@ The model starts from the policy's weights with a fresh head and learns the labe
 per-step binary cross-entropy at each step's last token (`losses.reward_model.step_cross_entropy`);
 held-out step accuracy and loss before / during / after, beside the constant predictor's (the
 training steps' majority label) with the margin's 95% interval over held-out prompts; written to
-`<workdir>/process_reward_model`, which the RL stage takes as `--config.rewards.process_model`
-(with `rewards.process_refinement` none / clip / delta, `jaxrl_llm.rewards.process`).
+`<workdir>/process_reward_model` with the step separator it learned (`step_marker.json`), which
+the RL stage takes as `--config.rewards.process_model` (with `rewards.process_refinement` none /
+clip / delta, `jaxrl_llm.rewards.process`; a `rewards.step_marker` other than `prm.marker` is
+refused).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from jaxrl_llm.evals.intervals import clustered_difference_interval
 from jaxrl_llm.losses.reward_model import step_cross_entropy
 from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.precision import merge_for_compute
-from jaxrl_llm.rewards.process import step_token_ends
+from jaxrl_llm.rewards.process import step_token_ends, write_step_marker
 from jaxrl_llm.rewards.refinement import split_steps
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy
@@ -328,8 +330,15 @@ class ProcessRewardModelRun:
         return {"labels": self.label_stats}
 
 
+def save_process_reward_model(run: ProcessRewardModelRun, directory: str) -> None:
+    """Writes the trained model (`save_scalar_head`) and the step separator it learned
+    (`config.prm.marker`), which the RL stage's `config.rewards.step_marker` must repeat."""
+    save_scalar_head(run, directory)
+    write_step_marker(directory, run.config.prm.marker)
+
+
 PROCESS_REWARD_MODEL = SupervisedStage(
     "process_reward_model", section="prm", validate=validate_prm_config, build=ProcessRewardModelRun,
-    save=save_scalar_head, output="process_reward_model", report=_report,
+    save=save_process_reward_model, output="process_reward_model", report=_report,
     desc=lambda config: "PRM",
 )  # fmt: skip

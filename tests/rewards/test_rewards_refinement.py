@@ -1,5 +1,5 @@
 """Process-reward refinements (Clip, Delta), step splitting and reward-model ensembles, on
-hand-made arrays."""
+hand-made arrays, and the step-marker record a process reward model keeps."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 from jaxrl_llm.advantages import discounted_returns
 from jaxrl_llm.losses import step_token_rewards
 from jaxrl_llm.rewards.ensemble import EnsembleReward, combine_scores
-from jaxrl_llm.rewards.process import check_eta
+from jaxrl_llm.rewards.process import check_eta, check_step_marker, write_step_marker
 from jaxrl_llm.rewards.refinement import (
     clip_rewards,
     delta_rewards,
@@ -160,6 +160,21 @@ def test_eta_outside_the_process_rewards_range_names_the_field():
             ValueError, match=rf"config.rewards.process_eta={eta} is outside .*\(0, 1\]"
         ):
             check_eta(eta, field="config.rewards.process_eta")
+
+
+def test_a_step_marker_other_than_the_process_models_names_the_field(tmp_path):
+    check_step_marker(str(tmp_path), "\n\n")  # a model without a record is not checked
+    write_step_marker(str(tmp_path), "\n")
+    check_step_marker(str(tmp_path), "\n")
+    with pytest.raises(
+        ValueError,
+        match=r"config.rewards.step_marker='\\n\\n' splits steps on another separator .* "
+        r"\('\\n', its step_marker.json\): set config.rewards.step_marker='\\n'",
+    ):
+        check_step_marker(str(tmp_path), "\n\n", field="config.rewards.step_marker")
+    (tmp_path / "step_marker.json").write_text('{"separator": "\\n"}')
+    with pytest.raises(ValueError, match=r"step_marker.json is not a step-marker record"):
+        check_step_marker(str(tmp_path), "\n")
 
 
 def test_refine_rewards_rejects_an_unknown_refinement():

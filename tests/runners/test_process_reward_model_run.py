@@ -65,6 +65,13 @@ def test_the_stage_labels_steps_by_monte_carlo_and_trains(tmp_path, text_reward)
     low, high = after["eval/margin_over_constant_low"], after["eval/margin_over_constant_high"]
     assert low <= after["eval/margin_over_constant"] <= high
     assert load_scalar_model(summary["process_reward_model"]).trunk.config.num_layers == 2
+    # the step separator the model learned is kept beside it; the RL stage must split on it
+    with open(os.path.join(summary["process_reward_model"], "step_marker.json")) as f:
+        assert json.load(f) == {"marker": config.prm.marker}
+    rl = {"rewards.process_model": summary["process_reward_model"]}
+    assert load_config(GRPO_TINY, rl).rewards.step_marker == config.prm.marker
+    with pytest.raises(ValueError, match=r"config.rewards.step_marker='; ' splits steps on"):
+        load_config(GRPO_TINY, {**rl, "rewards.step_marker": "; "})
 
 
 def test_a_bad_step_label_file_names_the_line(tmp_path):
