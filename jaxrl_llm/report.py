@@ -122,6 +122,7 @@ from jaxrl_llm.report_rules import (
     with_added_keys,
 )
 from jaxrl_llm.report_start import held_out_of, with_start
+from jaxrl_llm.user_imports import import_all
 
 __all__ = [
     "Group", "Run", "choice_markdown", "collect_groups", "copy_records", "family_confidence",
@@ -822,11 +823,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="STEPS",
         help="steps averaged at each end of a run for --metric",
     )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module or .py file registering a scorer the runs name, imported first",
+    )
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(
         list(argv if argv is not None else sys.argv[1:])
     )
     try:
+        import_all(args.imports)
         groups = collect_groups(args.paths, side=args.side)
         start = load_run(args.start_from, args.side) if args.start_from else None
         if start is not None:
