@@ -296,6 +296,7 @@ def gae(
     *,
     gamma: float,
     lam: float,
+    critic_lam: float | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Generalized Advantage Estimation over the valid tokens of each sequence.
 
@@ -305,6 +306,15 @@ def gae(
         delta_t = r_t + gamma * V_{t'} - V_t          (V = 0 after the last valid token)
         A_t     = delta_t + gamma * lam * A_{t'}
         R_t     = A_t + V_t                           (the value-loss target)
+
+    With `critic_lam` the returns come from their own lambda, decoupled from the actor's (see
+    "What's Behind PPO's Collapse in Long-CoT? Value Optimization Holds the Secret", VC-PPO,
+    2503.01491, section 4.2):
+
+        R_t     = A'_t + V_t,    A'_t = delta_t + gamma * critic_lam * A'_{t'}
+
+    `critic_lam = 1` (with gamma 1) makes R_t the reward-to-go whatever V is: the critic learns
+    Monte Carlo returns instead of bootstrapping from its own, possibly biased, values.
 
     Masked tokens are skipped: their reward and value are ignored and the recursion passes
     through them, as verl does for observation tokens in multi-turn rollouts; they get 0. The
@@ -316,30 +326,37 @@ def gae(
       values_bt: [B, T] value estimates V(s_t) from the critic at rollout time.
       mask_bt: [B, T] mask, nonzero on response tokens.
       gamma: discount factor.
-      lam: GAE lambda.
+      lam: GAE lambda of the advantages (and of the returns without `critic_lam`).
+      critic_lam: GAE lambda of the returns; None takes `lam`.
 
     Returns:
       `(advantages_bt, returns_bt)`, both [B, T] and 0 on masked tokens.
 
     Example:
       >>> adv_bt, ret_bt = gae(rewards_bt, values_bt, mask_bt, gamma=1.0, lam=0.95)
+      >>> adv_bt, ret_bt = gae(rewards_bt, values_bt, mask_bt, gamma=1.0, lam=0.95, critic_lam=1.0)
     """
     _check_bt("gae", rewards_bt=rewards_bt, values_bt=values_bt, mask_bt=mask_bt)
     rewards_bt, values_bt = _data(rewards_bt, values_bt)
     valid_bt = mask_bt > 0
 
-    def one_sequence(rewards_t, values_t, valid_t):
-        def step(carry, inputs):
-            next_value, next_adv = carry
-            r, v, valid = inputs
-            adv = r + gamma * next_value - v + gamma * lam * next_adv
-            carry = (jnp.where(valid, v, next_value), jnp.where(valid, adv, next_adv))
-            return carry, jnp.where(valid, adv, 0.0)
+    def advantages(lam_):
+        def one_sequence(rewards_t, values_t, valid_t):
+            def step(carry, inputs):
+                next_value, next_adv = carry
+                r, v, valid = inputs
+                adv = r + gamma * next_value - v + gamma * lam_ * next_adv
+                carry = (jnp.where(valid, v, next_value), jnp.where(valid, adv, next_adv))
+                return carry, jnp.where(valid, adv, 0.0)
 
-        zero = jnp.zeros((), rewards_t.dtype)
-        _, adv_t = jax.lax.scan(step, (zero, zero), (rewards_t, values_t, valid_t), reverse=True)
-        return adv_t
+            zero = jnp.zeros((), rewards_t.dtype)
+            inputs = (rewards_t, values_t, valid_t)
+            _, adv_t = jax.lax.scan(step, (zero, zero), inputs, reverse=True)
+            return adv_t
 
-    adv_bt = jax.vmap(one_sequence)(rewards_bt, values_bt, valid_bt)
-    returns_bt = jnp.where(valid_bt, adv_bt + values_bt, 0.0)
+        return jax.vmap(one_sequence)(rewards_bt, values_bt, valid_bt)
+
+    adv_bt = advantages(lam)
+    critic_adv_bt = adv_bt if critic_lam is None or critic_lam == lam else advantages(critic_lam)
+    returns_bt = jnp.where(valid_bt, critic_adv_bt + values_bt, 0.0)
     return adv_bt, returns_bt

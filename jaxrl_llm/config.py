@@ -119,6 +119,11 @@ def base_config() -> ml_collections.ConfigDict:
     # RL steps (each: one rollout batch, `num_minibatches` optimizer updates).
     c.train.num_steps = 30
     c.train.num_minibatches = 1
+    # Micro-batches per optimizer update (gradient accumulation): each minibatch's rows go
+    # through the train step this many at a time, their gradients summed with the loss's
+    # whole-minibatch token normaliser (identical update, less memory; see
+    # jaxrl_llm/algorithms/batch.py). Must divide the rows of a minibatch.
+    c.train.grad_accumulation = 1
     # Save a checkpoint every N steps (and at the end).
     c.train.checkpoint_every = 5
     # How many of the newest checkpoints a run keeps (orbax's max_to_keep); a finished run leaves
@@ -271,6 +276,7 @@ _POSITIVE_INTS = (
     "rewards.length_max_words",
     "train.num_steps",
     "train.num_minibatches",
+    "train.grad_accumulation",
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "rollout.min_prompt_bucket",
@@ -365,6 +371,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.train.num_minibatches={config.train.num_minibatches} must divide "
             f"num_prompts * group_size = {sequences} sequences per step."
         )
+    from jaxrl_llm.algorithms.batch import check_grad_accumulation
+
+    check_grad_accumulation(config)  # micro-batches that divide a minibatch, a loss to weigh
     if config.train.pack_width and config.train.pack_width < (
         config.rollout.min_prompt_bucket + config.rollout.max_new_tokens
     ):
@@ -482,6 +491,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"GAE turns per-token rewards into advantages; config.algorithm="
             f"{config.algorithm!r} has none: use PPO (experiments/configs/"
             "ppo_prm_steps_smollm2.py) or process_placement='summed'."
+        )
+    pretrain = config.critic.get("pretrain_steps", 0) if "critic" in config else 0
+    if pretrain and not spec.make(config).needs("critic"):
+        raise ValueError(
+            f"config.critic.pretrain_steps={pretrain} pretrains a critic, and config.algorithm="
+            f"{config.algorithm!r} has none: set config.critic.pretrain_steps=0, or use PPO "
+            "(jaxrl_llm.config.config_for('ppo'))."
         )
 
 

@@ -170,6 +170,25 @@ def test_gae_hand_worked():
     _tight(ret, [[0.71712, 0.0, 0.846, 1.0, 0.0]])
 
 
+def test_gae_decoupled_critic_lambda_hand_worked():
+    # VC-PPO's decoupled lambdas: the same sequence as test_gae_hand_worked (gamma 0.9), the
+    # advantages with lam 0.8 as there, the returns with critic_lam 1:
+    #   t2: A' = 0.3;   t1: A' = 0.03 + 0.9 * 0.3 = 0.3;   t0: A' = 0.04 + 0.9 * 0.3 = 0.31
+    # returns = A' + V = 0.81, 0.9, 1.0: the discounted reward-to-go 0.9^2, 0.9, 1.
+    r = jnp.array([[0.0, 9.0, 0.0, 1.0, 4.0]])
+    v = jnp.array([[0.5, 9.0, 0.6, 0.7, 4.0]])
+    mask = jnp.array([[1, 0, 1, 1, 0]])
+    a, ret = adv.gae(r, v, mask, gamma=0.9, lam=0.8, critic_lam=1.0)
+    _tight(a, [[0.21712, 0.0, 0.246, 0.3, 0.0]])
+    _tight(ret, [[0.81, 0.0, 0.9, 1.0, 0.0]])
+    # critic_lam 0: one-step TD targets r + gamma V' = 0.54, 0.63, 1.0
+    _, ret = adv.gae(r, v, mask, gamma=0.9, lam=0.8, critic_lam=0.0)
+    _tight(ret, [[0.54, 0.0, 0.63, 1.0, 0.0]])
+    coupled = adv.gae(r, v, mask, gamma=0.9, lam=0.8)
+    jax.tree.map(_tight, adv.gae(r, v, mask, gamma=0.9, lam=0.8, critic_lam=0.8), coupled)
+    jax.tree.map(_tight, adv.gae(r, v, mask, gamma=0.9, lam=0.8, critic_lam=None), coupled)
+
+
 def test_gae_lambda_one_is_monte_carlo():
     # gamma = lam = 1: A_t = (sum of rewards from t) - V_t.
     rng = np.random.default_rng(0)

@@ -19,7 +19,14 @@ from jaxrl_llm.algorithms.base import (
     References,
     check_algorithm,
 )
-from jaxrl_llm.algorithms.batch import PolicyBatch, build_batch, pack_batch, split_minibatches
+from jaxrl_llm.algorithms.batch import (
+    PolicyBatch,
+    build_batch,
+    check_grad_accumulation,
+    micro_batch_weights,
+    pack_batch,
+    split_minibatches,
+)
 from jaxrl_llm.algorithms.grpo import GRPOBatch, GRPOLossConfig, group_advantages, grpo_loss
 from jaxrl_llm.algorithms.policy_loss import PolicyLossConfig, policy_loss
 from jaxrl_llm.algorithms.registry import AlgorithmSpec, get, make, names, register
@@ -37,12 +44,14 @@ __all__ = [
     "PolicyBatch",
     "PolicyLossConfig",
     "build_batch",
+    "check_grad_accumulation",
     "check_algorithm",
     "get",
     "group_advantages",
     "grpo_loss",
     "make",
     "names",
+    "micro_batch_weights",
     "pack_batch",
     "policy_loss",
     "register",

@@ -147,6 +147,11 @@ class Algorithm(NamedTuple):
       step_rewards: the runner hands the process reward model's steps over as
         `Experience.step_rewards` / `step_columns` (dense process rewards, PPO with
         `config.rewards.process_placement = "dense"`).
+      critic_pretrain_steps: value pretraining: before the first RL step the runner trains
+        the critic alone on this many batches of the initial policy's rollouts (not RL steps).
+      critic_pretrain_batch: `(Experience, state) -> (PolicyBatch, scalars)`, the batch of a
+        value-pretraining step (its `returns` are the critic's targets); needed when
+        `critic_pretrain_steps > 0`.
     """
 
     name: str
@@ -159,6 +164,8 @@ class Algorithm(NamedTuple):
     actor_frozen_steps: int = 0
     collects: tuple[GreedyBaseline | GoldReferences, ...] = ()
     step_rewards: bool = False
+    critic_pretrain_steps: int = 0
+    critic_pretrain_batch: Callable[[Experience, Any], tuple[PolicyBatch, dict]] | None = None
 
     @property
     def baseline_rollout(self) -> bool:
@@ -185,5 +192,12 @@ def check_algorithm(algorithm: Algorithm) -> Algorithm:
     if algorithm.needs("critic") != (algorithm.critic_loss is not None):
         raise ValueError(
             f"algorithm {algorithm.name!r}: a 'critic' role and a critic_loss go together."
+        )
+    if algorithm.critic_pretrain_steps > 0 and (
+        not algorithm.needs("critic") or algorithm.critic_pretrain_batch is None
+    ):
+        raise ValueError(
+            f"algorithm {algorithm.name!r}: critic_pretrain_steps="
+            f"{algorithm.critic_pretrain_steps} needs a 'critic' role and a critic_pretrain_batch."
         )
     return algorithm

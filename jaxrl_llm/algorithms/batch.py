@@ -3,6 +3,11 @@
 A `PolicyBatch` is what the actor's (and the critic's) train step consume. Algorithms fill the
 fields they use: GRPO per-sequence advantages [M]; PPO per-token advantages, returns and the
 critic's rollout values [M, T]. `pack_batch` and `split_minibatches` work on any such batch.
+
+A step's rows make `config.train.num_minibatches` optimizer updates; each update may
+accumulate the gradients of `config.train.grad_accumulation` micro-batches
+(`micro_batch_weights`, `Learner.update`), so a large batch fits in memory with the update of
+the whole minibatch.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_llm.losses.aggregation import aggregate_count
 from jaxrl_llm.training import packing
 
 Array = jax.Array
@@ -141,3 +147,71 @@ def split_minibatches(batch: PolicyBatch, num_minibatches: int) -> list[PolicyBa
         jax.tree.map(lambda x, i=i: x[i * size : (i + 1) * size], batch)
         for i in range(num_minibatches)
     ]
+
+
+def micro_batch_weights(batch: PolicyBatch, num_micro: int, *, agg: str) -> np.ndarray:
+    """float32 [K] weights of the K contiguous micro-batches of `batch` in one accumulated
+    update: each one's share of the loss's denominator, so that the weighted micro-batch losses
+    and gradients add up exactly to the whole batch's.
+
+    See "DAPO: An Open-Source LLM Reinforcement Learning System at Scale" (2503.14476): a
+    token-level mean divides by the tokens of the whole batch. With `aggregate_count`:
+
+        w_k = count(mask_k; agg) / sum_j count(mask_j; agg)
+
+    and micro-batch k's loss total_k / count_k weighs total_k / sum_j count_j: the loss of the
+    whole batch, not the mean of the micro-batches' means. A batch with nothing to count gets
+    equal weights (its loss is 0 either way).
+
+    Args:
+      batch: the minibatch of one update; its `loss_mask` [M, T] is what the loss aggregates.
+      num_micro: K, which must divide M.
+      agg: the loss's aggregation mode (`config.loss.agg`).
+
+    Returns:
+      float32 [K] weights summing to 1.
+
+    Example:
+      >>> micro_batch_weights(batch, 2, agg="token-mean")   # 3 and 1 loss tokens
+      array([0.75, 0.25], dtype=float32)
+    """
+    counts = np.array(
+        [
+            float(aggregate_count(m.loss_mask, mode=agg))
+            for m in split_minibatches(batch, num_micro)
+        ],
+        np.float64,
+    )
+    total = counts.sum()
+    weights = counts / total if total > 0 else np.full(num_micro, 1.0 / num_micro)
+    return weights.astype(np.float32)
+
+
+def check_grad_accumulation(config) -> None:
+    """Raises ValueError naming `config.train.grad_accumulation` and the fix: micro-batches
+    that do not divide a minibatch's rows, a loss with no `config.loss.agg` to weigh them by,
+    or a planned train step (it updates on the whole minibatch at once)."""
+    k = config.train.get("grad_accumulation", 1)
+    if k == 1:
+        return
+    rows = config.rollout.num_prompts * config.rollout.group_size
+    minibatch = rows // config.train.num_minibatches
+    if minibatch % k:
+        raise ValueError(
+            f"config.train.grad_accumulation={k} must divide the {minibatch} rows of a minibatch "
+            f"(num_prompts * group_size / num_minibatches = {rows} / "
+            f"{config.train.num_minibatches}): pick a divisor, or 1."
+        )
+    if "agg" not in config.get("loss", {}):
+        raise ValueError(
+            f"config.train.grad_accumulation={k} weighs micro-batches by the loss's token or "
+            f"sequence count (config.loss.agg), which config.algorithm={config.algorithm!r} "
+            "has not: set grad_accumulation=1 (or fewer rows per minibatch with "
+            "config.train.num_minibatches)."
+        )
+    if config.train.get("planned_step"):
+        raise ValueError(
+            f"config.train.grad_accumulation={k} with config.train.planned_step: the planned "
+            "executable updates on the whole minibatch at once; set grad_accumulation=1 or "
+            "planned_step=''."
+        )

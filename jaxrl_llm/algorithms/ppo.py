@@ -6,7 +6,9 @@ Implementation Details of RLHF with PPO: A Case Study on TL;DR Summarization" (2
 completion b with score s_b (task reward), tokens t of its completion (mask m):
 
     r_t   = s_b [t = last] - beta * (log pi_old(o_t) - log pi_ref(o_t))      (k1, per token)
-    A, R  = GAE(r, V_old; gamma, lambda)              A whitened over the batch's tokens
+    A     = GAE(r, V_old; gamma, lambda)              whitened over the batch's tokens
+    R     = A' + V_old,  A' = GAE(r, V_old; gamma, lambda_critic)   (lambda_critic = lambda
+                                                      by default; VC-PPO decouples them)
     actor:  agg_t[ max(-A_t rho_t, -A_t clip(rho_t, 1 - e_low, 1 + e_high)) ] - c_H H
     critic: 0.5 agg_t[ max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) ]
 
@@ -23,9 +25,18 @@ Models from Human Preferences" (1909.08593). The critic is a `ScalarHeadModel` (
 state and optimizer, see `jaxrl_llm.roles.critic`), initialised from the policy's trunk or from a
 saved scalar-head model (a reward model). Which N+ details apply to a verifiable reward, and
 their defaults here: docs/ppo.md.
+
+The levers of "Is DPO Superior to PPO for LLM Alignment? A Comprehensive Study" (Xu et al.,
+2404.10719) and of VC-PPO ("What's Behind PPO's Collapse in Long-CoT? Value Optimization Holds
+the Secret", 2503.01491) are config fields: advantage whitening (`loss.whiten_advantages`), a
+large batch (`rollout.num_prompts`, with `train.grad_accumulation` to fit it), a reference that
+is a moving average of the policy (`reference.ema_decay`), decoupled lambdas
+(`loss.critic_lam`) and value pretraining (`critic.pretrain_steps`); docs/ppo.md tabulates them.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import ml_collections
@@ -43,9 +54,10 @@ from jaxrl_llm.algorithms.policy_loss import (
     policy_loss_section,
     validate_loss_section,
 )
+from jaxrl_llm.roles.reference import reference_section, validate_reference_section
 from jaxrl_llm.rollout.types import FinishReason
 
-__all__ = ["default_config", "kl_shaped_token_rewards", "make", "validate"]
+__all__ = ["critic_lam_of", "default_config", "kl_shaped_token_rewards", "make", "validate"]
 
 
 def default_config() -> dict[str, ml_collections.ConfigDict]:
@@ -54,6 +66,10 @@ def default_config() -> dict[str, ml_collections.ConfigDict]:
     # GAE discount and lambda (1.0 / 0.95 as verl, OpenRLHF and TRL for language rewards).
     loss.gamma = 1.0
     loss.lam = 0.95
+    # GAE lambda of the critic's targets (the returns), decoupled from the actor's `lam`
+    # (VC-PPO, 2503.01491, uses 1.0: Monte Carlo returns, no bootstrap from a biased critic);
+    # -1 takes `lam`.
+    loss.critic_lam = -1.0
     # Adaptive KL controller: target KL per token (0 keeps kl_beta fixed) and its horizon.
     loss.kl_target = 0.0
     loss.kl_horizon = 10_000
@@ -75,16 +91,34 @@ def default_config() -> dict[str, ml_collections.ConfigDict]:
     critic.value_clip = 0.2
     # RL steps at the start that train only the critic (the policy is left unchanged).
     critic.warmup_rl_steps = 0
-    return {"loss": loss, "critic": critic}
+    # Value pretraining (VC-PPO, 2503.01491): before the first RL step, this many batches of the
+    # initial policy's rollouts train the critic alone, on Monte Carlo returns (lambda 1); not
+    # counted in train.num_steps. 0 disables it.
+    critic.pretrain_steps = 0
+    # The reference policy of the KL penalty: frozen, or an exponential moving average of the
+    # policy (Xu et al., 2404.10719); see jaxrl_llm/roles/reference.py.
+    return {"loss": loss, "critic": critic, "reference": reference_section()}
+
+
+def critic_lam_of(loss: ml_collections.ConfigDict) -> float:
+    """The GAE lambda of the critic's targets: `loss.critic_lam`, or `loss.lam` for -1 (or
+    None, or a config written before the field existed)."""
+    critic_lam = loss.get("critic_lam", -1.0)
+    return loss.lam if critic_lam is None or critic_lam == -1 else critic_lam
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-    """PPO's rules: the shared loss fields, GAE in [0, 1], a sane critic."""
+    """PPO's rules: the shared loss fields, GAE in [0, 1], a sane critic, the reference."""
     validate_loss_section(config)
     for name in ("gamma", "lam"):
         value = config.loss[name]
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"config.loss.{name}={value} must be in [0, 1].")
+    if not 0.0 <= critic_lam_of(config.loss) <= 1.0:
+        raise ValueError(
+            f"config.loss.critic_lam={config.loss.critic_lam} must be in [0, 1], or -1 to take "
+            "config.loss.lam."
+        )
     if config.loss.kl_target < 0 or config.loss.kl_horizon <= 0:
         raise ValueError(
             f"config.loss.kl_target={config.loss.kl_target} must be >= 0 (0 = fixed kl_beta) "
@@ -102,10 +136,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
             "config.critic.value_clip and config.critic.warmup_rl_steps must be >= 0 "
             f"(got {critic.value_clip}, {critic.warmup_rl_steps})."
         )
+    pretrain = critic.pretrain_steps
+    if not isinstance(pretrain, int) or pretrain < 0:
+        raise ValueError(
+            f"config.critic.pretrain_steps={pretrain!r} must be an int >= 0 (0: no value "
+            "pretraining)."
+        )
     if not isinstance(critic.init, str) or not critic.init:
         raise ValueError(
             f"config.critic.init={critic.init!r} must be 'policy' or a scalar-head model directory."
         )
+    validate_reference_section(config)
 
 
 def kl_shaped_token_rewards(
@@ -155,7 +196,7 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
     """PPO from a run config (roles: actor, rollout, reward, critic, and reference if beta > 0)."""
     loss_cfg = config.loss
     actor_loss_config = PolicyLossConfig.from_config(config, kl_beta=0.0)  # KL is in the reward
-    gamma, lam = loss_cfg.gamma, loss_cfg.lam
+    gamma, lam, critic_lam = loss_cfg.gamma, loss_cfg.lam, critic_lam_of(loss_cfg)
     adaptive = loss_cfg.kl_target > 0
     value_clip = config.critic.value_clip or None
     norm_len = norm_len_for(loss_cfg.agg, config.rollout.max_new_tokens)
@@ -165,7 +206,9 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
     def init() -> losses.AdaptiveKLState:
         return losses.adaptive_kl_init(loss_cfg.kl_beta)
 
-    def make_batch(experience: Experience, state) -> tuple[PolicyBatch, dict[str, float]]:
+    def make_batch(
+        experience: Experience, state, *, returns_lam: float = critic_lam
+    ) -> tuple[PolicyBatch, dict[str, float]]:
         rollout = experience.rollout
         mask_bt = np.asarray(rollout.completion_mask, np.float32)
         old_logp_bt = np.asarray(rollout.logprobs, np.float32)
@@ -188,7 +231,7 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
         )
         values_bt = np.asarray(experience.values, np.float32)
         adv_bt, returns_bt = advantages_lib.gae(
-            rewards_bt, values_bt, mask_bt, gamma=gamma, lam=lam
+            rewards_bt, values_bt, mask_bt, gamma=gamma, lam=lam, critic_lam=returns_lam
         )
         if loss_cfg.whiten_advantages:
             adv_bt = advantages_lib.whiten(adv_bt, mask_bt)
@@ -249,6 +292,9 @@ def make(config: ml_collections.ConfigDict) -> Algorithm:
         critic_loss=critic_loss,
         actor_frozen_steps=config.critic.warmup_rl_steps,
         step_rewards=dense,
+        critic_pretrain_steps=config.critic.get("pretrain_steps", 0),
+        # value pretraining's targets: Monte Carlo returns (GAE with lambda 1, VC-PPO)
+        critic_pretrain_batch=functools.partial(make_batch, returns_lam=1.0),
     )
 
 

@@ -2,7 +2,7 @@
 
   actor      `Learner` over the policy: train state in the train layout, jitted donated step
   rollout    `RolloutWorker`: the generator, reading the actor's weights in the decode layout
-  reference  `Reference`: frozen log-probs of the initial policy
+  reference  `Reference`: log-probs of the initial policy, frozen or moved as an average
   critic     `Critic`: a value model (`ScalarHeadModel`), its own train state and optimizer
   reward     `RewardRole`: reward functions, optionally plus a reward model batched on device
 
@@ -17,7 +17,7 @@ from jaxrl_llm.roles.critic import Critic, init_value_model
 from jaxrl_llm.roles.forwards import forward_batch_of, in_row_chunks
 from jaxrl_llm.roles.learner import Learner, place_batch
 from jaxrl_llm.roles.placement import MESH_AXES, Placement, make_placement, validate_placement
-from jaxrl_llm.roles.reference import Reference
+from jaxrl_llm.roles.reference import Reference, reference_section, validate_reference_section
 from jaxrl_llm.roles.reward import ModelReward, RewardRole
 from jaxrl_llm.roles.rollout import RolloutWorker
 
@@ -35,5 +35,7 @@ __all__ = [
     "init_value_model",
     "make_placement",
     "place_batch",
+    "reference_section",
     "validate_placement",
+    "validate_reference_section",
 ]

@@ -39,7 +39,7 @@ from jaxrl_llm.sharding import (
     param_shardings,
     reshard,
 )
-from jaxrl_llm.training import TrainState, make_train_step
+from jaxrl_llm.training import TrainState, make_accumulating_train_step, make_train_step
 from jaxrl_llm.training.train_step import LossFn
 
 
@@ -175,6 +175,8 @@ class Learner:
             self.frozen = place_params(frozen, program.frozen_shardings)
         params = place_params(params, self.param_shardings)
         self._optimizer = optimizer
+        self._loss_fn, self._dropout_seed = loss_fn, dropout_seed
+        self._accumulating_step = None  # built on the first accumulated update
         self.state = self._fresh_state(params)
         self._step = program.step
         self._planned = None  # a loaded executable of the step (`use_planned_step`)
@@ -251,10 +253,26 @@ class Learner:
             )
         return False
 
-    def update(self, batch) -> dict[str, jax.Array]:
-        """One optimizer update on `batch` (placed on this role's mesh); returns its metrics."""
+    def update(self, batch, *, micro_weights=None) -> dict[str, jax.Array]:
+        """One optimizer update on `batch` (placed on this role's mesh); returns its metrics.
+
+        Args:
+          batch: the minibatch, every array with its rows first.
+          micro_weights: float [K] with K > 1: the update accumulates the gradients of K
+            contiguous micro-batches of the rows, weighted so (`micro_batch_weights` in
+            `jaxrl_llm.algorithms.batch`), one after another (`make_accumulating_train_step`:
+            the activations of one micro-batch at a time). None (or K = 1): the whole batch at
+            once, through the planned executable when there is one.
+        """
         batch = place_batch(batch, self.mesh, self.rules)
-        args = (batch,) if self.frozen is None else (batch, self.frozen)
+        frozen = () if self.frozen is None else (self.frozen,)
+        if micro_weights is not None and len(micro_weights) > 1:
+            replicated = NamedSharding(self.mesh, PartitionSpec())
+            weights = jax.device_put(np.asarray(micro_weights, np.float32), replicated)
+            with use_layout(layout(self.mesh, self.rules)):
+                self.state, metrics = self._accumulating()(self.state, batch, weights, *frozen)
+            return metrics
+        args = (batch, *frozen)
         if self._runs_planned(batch):
             self.state, metrics = self._planned(self.state, *args)
             self.planned_updates += 1
@@ -262,6 +280,19 @@ class Learner:
         with use_layout(layout(self.mesh, self.rules)):  # read while the step is traced
             self.state, metrics = self._step(self.state, *args)
         return metrics
+
+    def _accumulating(self):
+        """The jitted accumulating step of this learner (built once, on first use)."""
+        if self._accumulating_step is None:
+            replicated = NamedSharding(self.mesh, PartitionSpec())
+            self._accumulating_step = make_accumulating_train_step(
+                self.graphdef,
+                self._optimizer,
+                self._loss_fn,
+                out_shardings=(self.state_shardings, replicated),
+                dropout_seed=self._dropout_seed,
+            )
+        return self._accumulating_step
 
 
 def _shapes_of(tree) -> list[tuple[tuple[int, ...], Any]]:

@@ -253,7 +253,12 @@ def build_roles(
         judge_base = (policy, frozen_copy(policy, nnx.state(policy, nnx.Param)))
     if algorithm.needs("reference") and not lora:
         reference = Reference(
-            policy, placement.train_mesh, temperature=temperature, forward_batch=chunk
+            policy,
+            placement.train_mesh,
+            temperature=temperature,
+            forward_batch=chunk,
+            # a reference that follows the policy (config.reference, the algorithms that have it)
+            ema_decay=config.reference.ema_decay if "reference" in config else 0.0,
         )
     if algorithm.needs("critic"):
         trunk = strip_adapters(policy) if lora else policy

@@ -117,6 +117,7 @@ FREE_ON_RESUME = (
     "train.max_time_s",
     "train.max_consecutive_nonfinite",
     "train.remat",
+    "train.grad_accumulation",  # the same update in micro-batches: memory, not what it learns
     "train.planned_step",
     "train.pack_sequences",
     "train.pack_row_multiple",

@@ -162,6 +162,7 @@ def run_online(
             hook.on_start(run)
         parts.batcher.restore(run.meta["data"])
         run.collector.start(run)
+        run.pretrain_critic()  # value pretraining, when the algorithm asks for it
         schedule.start(run)
         train_start = time.time()
         for step in range(run.meta["step"], config.train.num_steps):

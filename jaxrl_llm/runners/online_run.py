@@ -8,6 +8,11 @@ runs the actor's (and critic's) jitted updates over minibatches and the algorith
 reports the step's metrics. It is also the `RunContext` the hooks see (`jaxrl_llm.runners.hooks`):
 its checkpointed state is the roles', the algorithm's and what its schedule adds. Nothing here
 knows a particular algorithm, collector or schedule.
+
+Each minibatch update may accumulate micro-batches (`config.train.grad_accumulation`), and is
+followed by the moving-average step of a reference that follows the policy
+(`config.reference.ema_decay`). Before the first RL step, `pretrain_critic` trains the critic
+alone on the initial policy's rollouts when the algorithm asks for it (value pretraining).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_llm.algorithms.base import Algorithm, Experience
-from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
+from jaxrl_llm.algorithms.batch import micro_batch_weights, pack_batch, split_minibatches
 from jaxrl_llm.algorithms.off_policy import OffPolicyConfig
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.models.partitioning import use_layout
@@ -70,11 +75,19 @@ def _mean_metrics(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
     return {f"{prefix}/{k}": float(np.mean([float(r[k]) for r in rows])) for k in rows[0]}
 
 
+def _moving_reference(roles: Roles) -> bool:
+    """Whether the run's reference follows the policy (`config.reference.ema_decay > 0`)."""
+    return roles.reference is not None and roles.reference.ema_decay > 0
+
+
 def state_tree(roles: Roles, algo_state: Any) -> dict[str, Any]:
-    """The pytree a checkpoint holds: actor (and critic) train states and the algorithm's state."""
+    """The pytree a checkpoint holds: actor (and critic) train states, the algorithm's state,
+    and the reference's weights when they follow the policy (a moving average)."""
     tree = {"actor": roles.actor.state, "algorithm": algo_state}
     if roles.critic is not None:
         tree["critic"] = roles.critic.state
+    if _moving_reference(roles):
+        tree["reference"] = roles.reference.params
     return tree
 
 
@@ -145,6 +158,8 @@ class OnlineRun:
         self.algo_state = tree["algorithm"]
         if self.roles.critic is not None:
             self.roles.critic.state = tree["critic"]
+        if _moving_reference(self.roles):
+            self.roles.reference.params = tree["reference"]
 
     def evaluate(self) -> dict[str, float]:
         """The collector's held-out metrics of the current actor."""
@@ -201,7 +216,6 @@ class OnlineRun:
         `old_logp` becomes the actor's current log-probs when `config.off_policy` asks for the
         proximal policy (`jaxrl_llm.algorithms.off_policy`).
         """
-        c = self.config
         batch, scalars = self.algorithm.make_batch(experience, self.algo_state)
         batch = self.stabilisers.prepare(batch)  # the adaptive entropy coefficient, if any
         if batch.rollout_logp is None:  # set by algorithms that pick rows (online DPO)
@@ -210,31 +224,94 @@ class OnlineRun:
         if self._off_policy.needs_proximal:
             proximal = self.proximal_logprobs(experience.rollout.tokens)
             batch = batch._replace(old_logp=jnp.asarray(proximal))
-        if c.train.pack_sequences:
-            batch, _ = pack_batch(
-                batch,
-                np.asarray(experience.rollout.sequence_lengths),
-                row_multiple=c.train.num_minibatches * c.train.pack_row_multiple,
-                width=max(c.train.pack_width, batch.tokens.shape[1]),
-            )
-        return batch, scalars
+        return self.packed(batch, experience), scalars
 
-    def update(self, batch, step: int) -> dict[str, float]:
-        """The actor's and the critic's updates over the minibatches of one step."""
-        roles = self.roles
-        train_actor = step >= self.algorithm.actor_frozen_steps
+    def packed(self, batch, experience: Experience):
+        """`batch` packed (`config.train.pack_sequences`) into a row count that divides into
+        minibatches and their micro-batches; else `batch`."""
+        c = self.config
+        if not c.train.pack_sequences:
+            return batch
+        micro = c.train.num_minibatches * c.train.get("grad_accumulation", 1)
+        batch, _ = pack_batch(
+            batch,
+            np.asarray(experience.rollout.sequence_lengths),
+            row_multiple=micro * c.train.pack_row_multiple,
+            width=max(c.train.pack_width, batch.tokens.shape[1]),
+        )
+        return batch
+
+    def update(self, batch, step: int, *, train_actor: bool | None = None) -> dict[str, float]:
+        """The actor's and the critic's updates over the minibatches of one step (the actor's
+        only from step `algorithm.actor_frozen_steps` on, or as `train_actor` says), each
+        accumulating `config.train.grad_accumulation` micro-batches, and after each actor
+        update the moving-average step of a reference that follows the policy."""
+        roles, c = self.roles, self.config
+        if train_actor is None:
+            train_actor = step >= self.algorithm.actor_frozen_steps
+        num_micro = c.train.get("grad_accumulation", 1)
         actor_metrics, critic_metrics = [], []
-        for minibatch in split_minibatches(batch, self.config.train.num_minibatches):
+        for minibatch in split_minibatches(batch, c.train.num_minibatches):
+            weights = None
+            if num_micro > 1:  # each micro-batch's share of the loss's denominator
+                weights = micro_batch_weights(minibatch, num_micro, agg=c.loss.agg)
             if train_actor:
-                actor_metrics.append(roles.actor.update(minibatch))
+                actor_metrics.append(roles.actor.update(minibatch, micro_weights=weights))
+                if _moving_reference(roles):
+                    roles.reference.ema_update(roles.actor.params)
             if roles.critic is not None:
-                critic_metrics.append(roles.critic.update(minibatch))
+                critic_metrics.append(roles.critic.update(minibatch, micro_weights=weights))
         out = {}
         if actor_metrics:
             out.update(_mean_metrics(actor_metrics, "train"))
         if critic_metrics:
             out.update(_mean_metrics(critic_metrics, "critic"))
         return out
+
+    def pretrain_critic(self) -> None:
+        """Value pretraining: before the first RL step, the critic alone trains on
+        `algorithm.critic_pretrain_steps` batches of the initial policy's rollouts.
+
+        See "What's Behind PPO's Collapse in Long-CoT? Value Optimization Holds the Secret"
+        (VC-PPO, 2503.01491), section 4.1: a critic initialised from the policy (or a reward
+        model) is biased at the start, and GAE with lambda < 1 carries that bias into the
+        advantages; fitting it first to Monte Carlo returns (`critic_pretrain_batch`, lambda
+        1 for PPO) of the policy it will judge removes it. The actor, the reference and the
+        algorithm's state stay as they are. The prompts are those of the first RL steps (the
+        prompt batcher is put back afterwards, so the RL steps see the prompts they would
+        without it), sampled with seeds no RL step uses (as step -1, -2, ...); overlong shaping
+        applies as in RL, dynamic sampling does not. Nothing happens on a resumed run (step >
+        0). Its losses and explained variances go to summary.json ("critic_pretrain").
+        """
+        steps = self.algorithm.critic_pretrain_steps
+        if not steps or self.meta["step"] > 0:
+            return
+        t0 = time.time()
+        batcher, rollout = self.parts.batcher, self.roles.rollout
+        data = batcher.state()
+        rollout.sync(self.roles.actor.params)
+        rows = []
+        for i in range(steps):
+            generated = self.collector.generate(-(i + 1), rollout.params)
+            generated, _ = self.stabilisers.shape_overlong(generated, {})
+            experience = self.experience(generated)
+            batch, _ = self.algorithm.critic_pretrain_batch(experience, self.algo_state)
+            rows.append(self.update(self.packed(batch, experience), -(i + 1), train_actor=False))
+        rollout.release()
+        batcher.restore(data)
+        record = {
+            "steps": steps,
+            "loss": [r["critic/loss"] for r in rows],
+            "explained_variance": [r["critic/explained_variance"] for r in rows],
+            "seconds": time.time() - t0,
+        }
+        self.summary["critic_pretrain"] = record
+        print(
+            f"[jaxrl_llm] value pretraining: {steps} batches of the initial policy's rollouts, "
+            f"critic loss {record['loss'][0]:.4f} -> {record['loss'][-1]:.4f}, explained "
+            f"variance {record['explained_variance'][0]:.3f} -> "
+            f"{record['explained_variance'][-1]:.3f}"
+        )
 
     def learn(
         self,

@@ -7,13 +7,19 @@ from jaxrl_llm.training.optimizer import (
     make_optimizer,
     smallest_kept_update,
 )
-from jaxrl_llm.training.train_step import TrainState, create_train_state, make_train_step
+from jaxrl_llm.training.train_step import (
+    TrainState,
+    create_train_state,
+    make_accumulating_train_step,
+    make_train_step,
+)
 
 __all__ = [
     "TrainState",
     "check_update_precision",
     "create_train_state",
     "learning_rate_schedule",
+    "make_accumulating_train_step",
     "make_optimizer",
     "make_train_step",
     "sequence_logprobs",

@@ -10,6 +10,11 @@ holds the float32 master weights and float32 optimizer state, and the step casts
 bfloat16 as it starts (`jaxrl_llm.models.precision`); updates are applied in float32.
 A step whose loss or gradients are not finite leaves parameters and optimizer state unchanged and
 reports `metrics["nonfinite"] = 1`; the runner counts those and stops after K in a row.
+
+`make_accumulating_train_step` makes one update from K micro-batches of a batch (gradient
+accumulation): the micro-batches run one after another in a `lax.scan`, so only one holds
+activations at a time, and their weighted gradients add up to the whole batch's (see its
+docstring for the weights that make that exact).
 """
 
 from __future__ import annotations
@@ -81,37 +86,110 @@ def make_train_step(
 
     def step(state: TrainState, batch, frozen=None) -> tuple[TrainState, dict[str, Array]]:
         key = jax.random.fold_in(jax.random.key(dropout_seed), state.step)
+        loss_and_grad = _loss_and_grad(graphdef, loss_fn, frozen)
+        (loss, metrics), grads = loss_and_grad(state.params, batch, key)
+        return _apply_update(optimizer, state, grads, loss, metrics)
 
-        def loss_of_params(params):
-            # Mixed precision: the float32 master weights are cast to the compute dtype here,
-            # inside the differentiated function, so their gradients are float32.
-            model = merge_for_compute(graphdef, params, *(() if frozen is None else (frozen,)))
-            with dropout_key(key):
-                return loss_fn(model, batch)
+    return _jit(step, donate, out_shardings)
 
-        (loss, metrics), grads = jax.value_and_grad(loss_of_params, has_aux=True)(state.params)
-        # One reduction instead of one per leaf (hundreds of leaves made a fusion whose compile
-        # took a minute): a NaN or infinite element makes the float32 global norm non-finite.
-        # So does a finite gradient above ~1e19, which is divergence too.
-        grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
-        new_params = optax.apply_updates(state.params, updates)
-        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-        new_state = TrainState(
-            step=state.step + finite.astype(jnp.int32),
-            params=keep(new_params, state.params),
-            opt_state=keep(new_opt_state, state.opt_state),
-        )
-        metrics = dict(metrics)
-        metrics.update(
-            loss=loss,
-            grad_norm=grad_norm,
-            nonfinite=(~finite).astype(jnp.float32),
-            learning_step=new_state.step.astype(jnp.float32),
-        )
-        return new_state, metrics
 
+def make_accumulating_train_step(
+    graphdef: nnx.GraphDef,
+    optimizer: optax.GradientTransformation,
+    loss_fn: LossFn,
+    *,
+    donate: bool = True,
+    out_shardings: Any = None,
+    dropout_seed: int = 0,
+) -> Callable[..., tuple[TrainState, dict[str, Array]]]:
+    """Builds the jitted update `step(state, batch, weights_k, frozen=None)` that accumulates
+    the gradients of K micro-batches into one optimizer update.
+
+    Every array of the batch has its M rows first; they are cut into K contiguous micro-batches of M / K rows (K is the length
+    of `weights_k`, M must divide by it; the cut of `split_minibatches`); micro-batch k's loss
+    and gradient are weighted by `weights_k[k]` and summed, then applied once:
+
+        g = sum_k w_k grad L_k,        L = sum_k w_k L_k,        metrics = sum_k w_k metrics_k
+
+    When each L_k is a ratio total_k / count_k whose count does not depend on the parameters
+    (every `jaxrl_llm.losses.aggregate` mode) and w_k = count_k / sum_j count_j, w_k L_k =
+    total_k / sum_j count_j: L and g are exactly the whole batch's loss and gradient (the
+    token-mean over all tokens, not a mean of per-micro-batch means; `micro_batch_weights`
+    computes those w). Token-mean metrics are then exact too; others are weighted averages.
+    LoRA dropout draws micro-batch k's masks from fold_in(the update's key, k).
+
+    Args:
+      graphdef, optimizer, loss_fn, donate, out_shardings, dropout_seed: as `make_train_step`.
+
+    Returns:
+      The jitted `step(state, batch, weights_k, frozen=None)`: `weights_k` float32 [K].
+    """
+
+    def step(state: TrainState, batch, weights_k, frozen=None):
+        num_micro = weights_k.shape[0]
+        key = jax.random.fold_in(jax.random.key(dropout_seed), state.step)
+        loss_and_grad = _loss_and_grad(graphdef, loss_fn, frozen)
+        micro_kb = jax.tree.map(lambda x: x.reshape(num_micro, -1, *x.shape[1:]), batch)
+
+        def one_micro(grads_sum, inputs):
+            micro, weight, index = inputs
+            (loss, metrics), grads = loss_and_grad(
+                state.params, micro, jax.random.fold_in(key, index)
+            )
+            grads_sum = jax.tree.map(lambda total, g: total + weight * g, grads_sum, grads)
+            return grads_sum, (loss, metrics)
+
+        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        weights_k = weights_k.astype(jnp.float32)
+        inputs = (micro_kb, weights_k, jnp.arange(num_micro))
+        grads, (loss_k, metrics_k) = jax.lax.scan(one_micro, zeros, inputs)
+        weighted = lambda x: jnp.tensordot(weights_k, x.astype(jnp.float32), axes=1)
+        loss, metrics = weighted(loss_k), jax.tree.map(weighted, metrics_k)
+        return _apply_update(optimizer, state, grads, loss, metrics)
+
+    return _jit(step, donate, out_shardings)
+
+
+def _loss_and_grad(graphdef, loss_fn: LossFn, frozen):
+    """`(params, batch, key) -> ((loss, metrics), grads)` of `loss_fn` on the merged model."""
+
+    def loss_of_params(params, batch, key):
+        # Mixed precision: the float32 master weights are cast to the compute dtype here,
+        # inside the differentiated function, so their gradients are float32.
+        model = merge_for_compute(graphdef, params, *(() if frozen is None else (frozen,)))
+        with dropout_key(key):
+            return loss_fn(model, batch)
+
+    return jax.value_and_grad(loss_of_params, has_aux=True)
+
+
+def _apply_update(optimizer, state: TrainState, grads, loss, metrics):
+    """The optimizer update of `state` by `grads`, skipped when the loss or the gradients are
+    not finite; the metrics gain "loss", "grad_norm", "nonfinite" and "learning_step"."""
+    # One reduction instead of one per leaf (hundreds of leaves made a fusion whose compile
+    # took a minute): a NaN or infinite element makes the float32 global norm non-finite.
+    # So does a finite gradient above ~1e19, which is divergence too.
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
+    new_params = optax.apply_updates(state.params, updates)
+    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+    new_state = TrainState(
+        step=state.step + finite.astype(jnp.int32),
+        params=keep(new_params, state.params),
+        opt_state=keep(new_opt_state, state.opt_state),
+    )
+    metrics = dict(metrics)
+    metrics.update(
+        loss=loss,
+        grad_norm=grad_norm,
+        nonfinite=(~finite).astype(jnp.float32),
+        learning_step=new_state.step.astype(jnp.float32),
+    )
+    return new_state, metrics
+
+
+def _jit(step, donate: bool, out_shardings):
     donate_argnums = (0,) if donate else ()
     if out_shardings is None:
         return jax.jit(step, donate_argnums=donate_argnums)

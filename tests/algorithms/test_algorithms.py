@@ -273,7 +273,7 @@ def test_registry_finds_builtins_and_names_close_matches():
     config = config_for("grpo")
     with config.unlocked():
         config.algorithm = "ppo"
-    with pytest.raises(ValueError, match=r"needs config.loss.gamma .*config_for\('ppo'\)"):
+    with pytest.raises(ValueError, match=r"needs config.loss.critic_lam .*config_for\('ppo'\)"):
         validate_config(config)
 
 

@@ -57,3 +57,24 @@ def test_critic_warmup_leaves_the_actor_untouched(tmp_path):
     assert "train/loss" not in rows[1] and "critic/loss" in rows[1]
     assert "train/loss" in rows[2]
     assert rows[2]["train/learning_step"] == 1.5  # two minibatches of step 2 only
+
+
+def test_value_pretraining_then_rl_with_an_average_reference_and_micro_batches(tmp_path):
+    """Xu et al.'s and VC-PPO's levers at once: the critic alone trains on two batches of the
+    initial policy's rollouts before step 1, which then samples what it would without them."""
+    levers = {"reference.ema_decay": 0.9, "train.grad_accumulation": 2, "loss.critic_lam": 1.0}
+    summary = train(
+        _config(1, **levers, **{"critic.pretrain_steps": 2}), str(tmp_path / "a"), progress=False
+    )
+    pretrain = summary["critic_pretrain"]
+    assert pretrain["steps"] == 2 and len(pretrain["explained_variance"]) == 2
+    assert all(np.isfinite(pretrain["loss"]))
+    rows = _rows(tmp_path / "a")
+    # 2 pretraining steps of 2 minibatches, then step 1's two updates: critic updates 5 and 6;
+    # the actor's first two
+    assert rows[1]["critic/learning_step"] == 5.5 and rows[1]["train/learning_step"] == 1.5
+    train(_config(1, **levers), str(tmp_path / "b"), progress=False)
+    plain = _rows(tmp_path / "b")[1]
+    for key in ("reward/mean", "completion/length", "algo/kl"):  # same prompts and samples
+        assert rows[1][key] == plain[key], key
+    assert rows[1]["critic/loss"] != plain["critic/loss"]  # another critic
