@@ -77,8 +77,8 @@ def chain_key(expression: str) -> str | None:
       The key, or None when `expression` is not such a chain (parentheses, division).
 
     Example:
-      >>> chain_key("15 - 43 + 7") == chain_key("7 - 43 + 15"), chain_key("7 - 3") == chain_key("3 - 7")
-      (True, False)
+      >>> chain_key("15 - 43 + 7"), chain_key("7 - 43 + 15"), chain_key("3 - 7")
+      ('(+15 +7 -43)', '(+15 +7 -43)', '(+3 -7)')
     """
     tokens = expression.split()
     if len(tokens) % 2 == 0 or not all(_NUMBER.fullmatch(t) for t in tokens[::2]):

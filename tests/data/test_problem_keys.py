@@ -3,7 +3,6 @@
 import logging
 from decimal import Decimal
 
-import ml_collections
 import pytest
 import reasoning_gym
 import sympy
@@ -17,15 +16,7 @@ from jaxrl_llm.data.problem_keys import (
     register_problem_key,
 )
 from jaxrl_llm.data.split import check_side, check_side_fractions, side_of
-
-
-def task_section(name, **fields):
-    section = dict(
-        name=name, kwargs={}, train_size=2000, eval_size=200, eval_seed=1_000_003,
-        held_out_fraction=0.1, selection_fraction=0.1, split_by="problem",
-    )  # fmt: skip
-    section.update(fields)
-    return ml_collections.ConfigDict(section)
+from tests.data.helpers import task_section
 
 
 def entry(task, **metadata):

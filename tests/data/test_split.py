@@ -13,15 +13,7 @@ from jaxrl_llm.data.split import (
     partition,
     side_of,
 )
-
-
-def task_section(name, **fields):
-    section = dict(
-        name=name, kwargs={}, train_size=2000, eval_size=200, eval_seed=1_000_003,
-        held_out_fraction=0.1, selection_fraction=0.1, split_by="problem",
-    )  # fmt: skip
-    section.update(fields)
-    return ml_collections.ConfigDict(section)
+from tests.data.helpers import task_section
 
 
 def keys(source):
