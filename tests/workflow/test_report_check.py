@@ -49,6 +49,7 @@ def test_an_edited_cell_fails_naming_the_report_row_and_column(tmp_path, monkeyp
         "regenerated '28.5 [21.5, 35.7]'",
         "[report_check] 1 reports, 1 failed: lora.md",
     ]
+    assert sorted(os.listdir(path.parent)) == ["lora.md", "runs"]  # the check wrote nothing
     assert report_check.main(["--update"]) == 0  # rewritten from its command, PNG too
     assert row in path.read_text() and (path.parent / "lora.png").is_file()
     assert report_check.check_report("docs/reports/lora.md").status == "ok"
