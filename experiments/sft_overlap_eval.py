@@ -38,7 +38,7 @@ def main(models):
     for name in models:
         model, tokenizer = from_pretrained(name)
         evaluator = Evaluator(
-            model, tokenizer, components.build_rewards(config), eval_settings(config)
+            model, tokenizer, components.build_scorer(config), eval_settings(config)
         )
         result = evaluator([EvalSet("unseen", unseen), EvalSet("seen", seen)])
         print(f"| {name} | {result['unseen']['accuracy']:.1%} | {result['seen']['accuracy']:.1%} |")

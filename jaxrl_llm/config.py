@@ -32,7 +32,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.seed = 0
 
     c.model = ml_collections.ConfigDict()
-    # A registered name, a .gguf file or a Hugging Face directory.
+    # A registered name, a .gguf file, a Hugging Face directory, or a Hugging Face id
+    # ("owner/name[@revision]") read offline from the local hub cache (docs/models.md).
     c.model.name = "smollm2-135m-instruct"
     # The compute dtype, "float32" or "bfloat16": activations, the KV cache, the rollout's copy
     # of the weights (bfloat16 brings no speed on CPUs without native bf16).
@@ -175,6 +176,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.num_samples = 0
     c.eval.ks = (1, 4, 8)
     c.eval.temperature = 0.7
+    # What a held-out answer counts as right (jaxrl_llm.evals.scorers), the same ruler for every
+    # recipe whatever its training reward: "stated" (the task's check of the stated answer; a
+    # completion cut at the token limit states none), "stated_cut_scored", "last_number", or a
+    # name registered with jaxrl_llm.evals.register_scorer.
+    c.eval.scorer = "stated"
+    # Also evaluate the run's task on the selection side of the split (eval_size problems, logged
+    # as eval/selection/<metric>): what sweeps prune on and reports choose settings by, so that
+    # the test side the unprefixed eval/<metric> figures come from chose nothing.
+    c.eval.selection = True
 
     # Off-policy correction of the policy loss (jaxrl_llm.algorithms.off_policy): none, tis,
     # icepop, decoupled_ppo, aipo; what asynchronous training (config.async_rl) needs.
@@ -448,6 +458,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.eval.num_samples={config.eval.num_samples} must be >= 0, and sampling needs "
             f"config.eval.temperature > 0 (got {config.eval.temperature})."
         )
+    from jaxrl_llm.evals.scorers import get_scorer
+
+    get_scorer(config.eval.scorer)  # one line naming config.eval.scorer and the registered names
     if config.train.max_time_s < 0 or config.eval.every < 0:
         raise ValueError(
             f"config.train.max_time_s={config.train.max_time_s} and "

@@ -56,13 +56,23 @@ _SLOTS = flags.DEFINE_integer("num_slots", 50, "Rows decoded together.")
 _ADVERSARIAL = flags.DEFINE_bool("adversarial", False, "Add the adversarial arithmetic evaluation.")
 _ADVERSARIAL_SIZE = flags.DEFINE_integer("adversarial_size", 200, "Adversarial problems.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (see the module docstring).")
+_IMPORTS = flags.DEFINE_multi_string(
+    "import",
+    [],
+    "A module or .py file registering tasks, scorers or algorithms, imported first; repeatable "
+    "(a run's own imports.json is imported with --workdir).",
+)
+_SCORER = flags.DEFINE_string(
+    "scorer",
+    None,
+    "Held-out scorer (jaxrl_llm.evals.scorers; default: the run's config.eval.scorer, 'stated').",
+)
 
 
 def _policy():
-    """(config, model, tokenizer, params, rewards, step, label, default out dir)."""
+    """(config, model, tokenizer, params, step, label, default out dir)."""
     from jaxrl_llm.config import config_for
     from jaxrl_llm.models import from_pretrained
-    from jaxrl_llm.runners.components import build_rewards
     from jaxrl_llm.runners.restore import restore_policy
 
     given = [f for f in (_WORKDIR, _CHECKPOINT, _MODEL) if f.value is not None]
@@ -78,6 +88,9 @@ def _policy():
             )
         workdir, step = os.path.dirname(head), int(name)
     if workdir is not None:
+        from jaxrl_llm.user_imports import import_all, recorded_imports
+
+        import_all(recorded_imports(workdir))  # the run's --import modules (its task, scorer)
         restored = restore_policy(workdir, step)
         parts = restored.parts
         return (
@@ -85,7 +98,6 @@ def _policy():
             parts.model,
             parts.tokenizer,
             restored.params,
-            restored.rewards,
             restored.step,
             f"step{restored.step}",
             os.path.join(workdir, "eval"),
@@ -96,7 +108,7 @@ def _policy():
         config.model.name = name
     model, tokenizer = from_pretrained(name, dtype=config.model.dtype)
     label = os.path.basename(os.path.normpath(name)).replace(".gguf", "")
-    return config, model, tokenizer, None, build_rewards(config), 0, label, f"runs/eval/{label}"
+    return config, model, tokenizer, None, 0, label, f"runs/eval/{label}"
 
 
 def _eval_sets(config):
@@ -126,13 +138,16 @@ def _adversarial_table(result) -> str:
 
 def main(argv):
     del argv
-    from jaxrl_llm.evals import EvalSettings, Evaluator, markdown_table, robustness
+    from jaxrl_llm.evals import EvalSettings, Evaluator, get_scorer, markdown_table, robustness
     from jaxrl_llm.metrics import MetricsWriter
+    from jaxrl_llm.runners.components import build_scorer
 
     logging.set_verbosity(logging.WARNING)
     t0 = time.time()
-    config, model, tokenizer, params, rewards, step, label, out = _policy()
+    config, model, tokenizer, params, step, label, out = _policy()
     out = _OUT.value or out
+    scorer_name = _SCORER.value or config.eval.get("scorer", "stated")
+    scorer = get_scorer(scorer_name, field="--scorer") if _SCORER.value else build_scorer(config)
     settings = EvalSettings(
         max_new_tokens=_MAX_NEW_TOKENS.value or config.eval.max_new_tokens,
         num_slots=_SLOTS.value,
@@ -155,10 +170,18 @@ def main(argv):
         report = {"policy": label, "step": step, "episodes": True, "tasks": results}
         text = f"## {label}: greedy episodes\n\n{episode_table(results)}\n"
     else:
-        evaluator = Evaluator(model, tokenizer, rewards, settings)
+        evaluator = Evaluator(
+            model, tokenizer, scorer, settings, timeout_s=config.rewards.timeout_s
+        )
         results = evaluator(_eval_sets(config), params=params)
-        report = {"policy": label, "step": step, "settings": settings.__dict__, "tasks": results}
-        text = f"## {label}\n\n{markdown_table(results)}\n"
+        report = {
+            "policy": label,
+            "step": step,
+            "scorer": scorer_name,
+            "settings": settings.__dict__,
+            "tasks": results,
+        }
+        text = f"## {label} (scorer: {scorer_name})\n\n{markdown_table(results)}\n"
     if _ADVERSARIAL.value:
         if "episodes" in report:
             raise app.UsageError("--adversarial evaluates single-turn arithmetic: add --tasks.")
@@ -185,9 +208,23 @@ def main(argv):
             }
         )
     writer.write_scalars(step, scalars)
+    if "episodes" not in report:  # per question: id, prompt, completion, answer, reference, score
+        writer.write_eval_questions(step, evaluator.correct, evaluator.details)
     writer.close()
     print(text)
     print(f"[jaxrl_llm] results in {out} ({report['seconds']:.0f}s)")
+
+
+def _parse_flags(argv):
+    """absl flag parsing after importing the `--import` modules (one line if one fails)."""
+    from jaxrl_llm.user_imports import import_from_argv
+
+    try:
+        import_from_argv(argv)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return flags.FLAGS(argv)
 
 
 def cli():
@@ -200,7 +237,7 @@ def cli():
             print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
             sys.exit(1)
 
-    app.run(run)
+    app.run(run, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

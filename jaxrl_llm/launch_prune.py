@@ -1,5 +1,7 @@
 """Pruning a sweep by issue 42's rule: a setting one of whose runs ends more than `max_drop`
-points of held-out accuracy below its own best evaluation cannot become the default
+points of held-out accuracy below its own best evaluation (on the selection side of the split,
+so that the test side a report shows chose nothing; a run made before that side existed is read
+on its one held-out side) cannot become the default
 (`jaxrl_llm.report_choice.choose`), so its trials not yet started are skipped; with
 `min_entropy_ratio`, so is a setting one of whose runs keeps less than that share of its first
 sampled-token entropy (the issue's done-when asks the default to keep a third), and with
@@ -26,11 +28,11 @@ from jaxrl_llm.launch_plan import Trial, is_finished
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.report_rules import (
     IGNORED_KEYS,
+    choice_curve,
     config_key,
     drop_from_best,
     entropy_ratio,
     exceeds,
-    held_out_curve,
     sampled_entropy,
 )
 
@@ -83,11 +85,14 @@ def setting_pruner(
 
     def why(workdir: str, name: str) -> str | None:
         metrics = read_metrics(workdir)
-        curve = held_out_curve(metrics)
+        curve, side = choice_curve(metrics)  # the selection side, where the run has one
         if max_drop is not None and curve:
             drop = 100.0 * drop_from_best(curve)
             if exceeds(drop, max_drop):
-                return f"{name} ended {drop:.1f} points below its best (> {max_drop:g})"
+                return (
+                    f"{name} ended {drop:.1f} points below its best on the {side} side "
+                    f"(> {max_drop:g})"
+                )
         ratio = entropy_ratio(sampled_entropy(metrics))
         if min_entropy_ratio is not None and ratio is not None and ratio < min_entropy_ratio:
             return (

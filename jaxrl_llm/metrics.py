@@ -2,8 +2,10 @@
 
 `metrics.jsonl` has one JSON object per step; `samples.jsonl` holds logged completions;
 `eval_questions.jsonl` holds each evaluation's per-question correctness (what `jaxrl_llm.report`
-resamples for its intervals) and, where the evaluator kept them, each question's answer and
-copied-input flag (what the report's hack check reads, `jaxrl_llm.evals.hacks`).
+resamples for its intervals) and, where the evaluator kept them, each question's id, text,
+answer, reference, truncation and copied-input flags (what the report's hack check reads,
+`jaxrl_llm.evals.hacks`); `eval_completions.jsonl` holds the same evaluations one line per
+question, for a person to read: set, id, prompt, completion, extracted answer, reference, score.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ def _to_float(value: Any) -> float:
 
 log = logging.getLogger(__name__)
 EVAL_QUESTIONS_FILE = "eval_questions.jsonl"
-MAX_ANSWER_CHARS = 40  # an answer is kept to compare answers, not to read the completion
+EVAL_COMPLETIONS_FILE = "eval_completions.jsonl"
+MAX_ANSWER_CHARS = 40  # an answer is kept to compare answers; the completion file has the text
 
 
 def _flags(values: Any) -> list[int]:
@@ -66,6 +69,7 @@ class MetricsWriter:
         self._metrics = self._open_for_append(os.path.join(workdir, "metrics.jsonl"))
         self._samples = self._open_for_append(os.path.join(workdir, "samples.jsonl"))
         self._questions = self._open_for_append(os.path.join(workdir, EVAL_QUESTIONS_FILE))
+        self._completions = self._open_for_append(os.path.join(workdir, EVAL_COMPLETIONS_FILE))
         self._tb = None
         if tensorboard:
             self._tb = _tensorboard_writer(os.path.join(workdir, "tensorboard"))
@@ -87,14 +91,15 @@ class MetricsWriter:
 
     def rewind(self, step: int) -> int:
         """Takes back what a killed process logged after its last checkpoint: the rows of
-        `metrics.jsonl`, `samples.jsonl` and `eval_questions.jsonl` whose step is after `step`
+        `metrics.jsonl`, `samples.jsonl`, `eval_questions.jsonl` and `eval_completions.jsonl`
+        whose step is after `step`
         move to `<file>.superseded` (kept, in order), so a resumed run logs each step once.
         `step` is the restored step (-1: none restored, every row goes). TensorBoard's events
         stay in their files, hidden by a new event file that starts with a purge at `step + 1`
         (a SessionLog START, which TensorBoard reads as: drop the events from that step on).
         Returns how many rows moved."""
         moved = 0
-        for attr in ("_metrics", "_samples", "_questions"):
+        for attr in ("_metrics", "_samples", "_questions", "_completions"):
             handle = getattr(self, attr)
             path = handle.name
             handle.close()
@@ -150,27 +155,62 @@ class MetricsWriter:
         """Appends one line per held-out set: `{"step", "set", "correct": [0/1 per question]}`,
         in the set's question order (the same questions at every step); with the set's
         `details` (`Evaluator.details`) also `"answers"` (each cut to `MAX_ANSWER_CHARS`, null
-        for none), `"copied_input"` (0/1) and, where given, the `"references"` (cut alike)."""
+        for none), `"copied_input"` (0/1) and, where given, the `"ids"`, `"questions"`,
+        `"references"` (cut alike) and `"truncated"` (0/1). Details with completions also go
+        to `eval_completions.jsonl`, one line per question (`completion_rows`)."""
         for name, values in correct.items():
             row = {"step": int(step), "set": name, "correct": _flags(values)}
             extra = (details or {}).get(name)
             if extra is not None:
+                for key in ("ids", "questions"):
+                    if key in extra:
+                        row[key] = [str(v) for v in extra[key]]
                 row["answers"] = [
                     None if a is None else str(a)[:MAX_ANSWER_CHARS] for a in extra["answers"]
                 ]
                 row["copied_input"] = _flags(extra["copied_input"])
                 if "references" in extra:
                     row["references"] = [str(a)[:MAX_ANSWER_CHARS] for a in extra["references"]]
+                if "truncated" in extra:
+                    row["truncated"] = _flags(extra["truncated"])
+                for line in completion_rows(step, name, extra):
+                    self._completions.write(json.dumps(line) + "\n")
             self._questions.write(json.dumps(row) + "\n")
         self._questions.flush()
+        self._completions.flush()
 
     def close(self) -> None:
         """Flushes and closes all files."""
         self._metrics.close()
         self._samples.close()
         self._questions.close()
+        self._completions.close()
         if self._tb is not None:
             self._tb.close()
+
+
+def completion_rows(step: int, set_name: str, details: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One dict per question of an evaluation's `details` (`Evaluator.details`): step, set, id,
+    prompt (the question), completion, answer (as the scorer read it; null for none), reference,
+    score, truncated. Empty when the details hold no completions (an older evaluator's)."""
+    if "completions" not in details:
+        return []
+    columns = {
+        "id": details["ids"],
+        "prompt": details["questions"],
+        "completion": details["completions"],
+        "answer": details["answers"],
+        "reference": details["references"],
+        "score": [float(v) for v in np.asarray(details["scores"]).reshape(-1)],
+        "truncated": [bool(v) for v in np.asarray(details["truncated"]).reshape(-1)],
+    }
+    lengths = {key: len(values) for key, values in columns.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"completion_rows: details of {set_name!r} differ in length: {lengths}.")
+    return [
+        {"step": int(step), "set": set_name, **{key: values[i] for key, values in columns.items()}}
+        for i in range(next(iter(lengths.values())))
+    ]
 
 
 def read_metrics(workdir: str) -> list[dict[str, float]]:

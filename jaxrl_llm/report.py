@@ -22,7 +22,8 @@ gain in Cohen's kappa between answers and references, which a constant answer do
 `jaxrl_llm.evals.agreement`; "not kept" where the records lack references), the mean wall time,
 and the CPU the runs recorded. `--out PREFIX` writes
 `PREFIX.md` (the same table, with the command, date and CPUs) and `PREFIX.png` (mean held-out
-accuracy against step with its 95% band, one line per group).
+accuracy against step with its 95% band, one line per group; `--no_plot` leaves the PNGs out,
+as `jaxrl_llm.report_check` does when it regenerates a report to compare it).
 
 `--against LABEL` adds, for every other group, its final held-out accuracy minus LABEL's with a
 95% interval (`intervals.difference_interval`: questions paired, each group's seeds resampled on
@@ -52,6 +53,15 @@ under the table.
 `--start_from RUN` takes every run's "before" (step 0) from RUN's first evaluation, for a recipe
 with a stage before RL (an SFT warm-up): the gain then counts that stage
 (`jaxrl_llm.report_start`).
+
+Sides and scorers: tables read the test side of the split (`--side test`, the default), the
+questions no setting was chosen by; `--choose_across` chooses on the selection side
+(`eval/selection/...`) and the sweep pruner prunes on it, so the reported figures did not pick
+the recipe. Runs evaluated before the selection side existed have one held-out side, which the
+report names "held_out" and on which a choice is made with that said. Every run is scored by
+its `eval.scorer` (`jaxrl_llm.evals.scorers`; older runs by their training answer rule, cut
+completions scored): `--against`, `--start_from` and `--choose_across` refuse runs scored
+differently, naming the field, and the report's header states the side and the scorer.
 
 `--keep_records DIR` copies each reported run's records (`RECORD_FILES`: the whole input of the
 report, tens of kB a run, no checkpoints or samples) to `DIR/<label>/<run name>` for a
@@ -90,6 +100,8 @@ from jaxrl_llm.config import flat_dict
 from jaxrl_llm.evals.agreement import kappa_intervals
 from jaxrl_llm.evals.hacks import EvalAnswers, find_hacks
 from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
+from jaxrl_llm.evals.scorers import SCORERS, scorer_of_run
+from jaxrl_llm.evals.suite import SELECTION_SET
 from jaxrl_llm.metrics import read_eval_rows, read_metrics
 from jaxrl_llm.report_choice import Setting, choose, common_values
 from jaxrl_llm.report_metrics import (
@@ -111,6 +123,7 @@ from jaxrl_llm.report_rules import (
     with_added_keys,
 )
 from jaxrl_llm.report_start import held_out_of, with_start
+from jaxrl_llm.user_imports import import_all
 
 __all__ = [
     "Group", "Run", "choice_markdown", "collect_groups", "copy_records", "family_confidence",
@@ -134,6 +147,10 @@ class Run(NamedTuple):
       entropy: {step: mean entropy of the step's sampled tokens (`train/entropy`)}, where logged.
       answers: {step: the held-out answers and copied-input flags (`hacks.EvalAnswers`)}, where
         the run kept them.
+      side: the side of the split these figures come from: "test", "selection", or
+        "held_out" (the one held-out side of a run made before the selection side existed).
+      truncated: {step: [Q] 0/1 whether each greedy completion was cut at the token limit},
+        where the run kept them.
     """
 
     workdir: str
@@ -143,6 +160,8 @@ class Run(NamedTuple):
     correct: dict[int, np.ndarray]
     entropy: dict[int, float]
     answers: dict[int, EvalAnswers]
+    side: str = "test"
+    truncated: dict[int, np.ndarray] = {}
 
     @property
     def seed(self) -> int:
@@ -154,6 +173,16 @@ class Run(NamedTuple):
         """The last trained step (summary.json's `steps`)."""
         return int(self.summary.get("steps", max(self.curve, default=0)))
 
+    @property
+    def scorer(self) -> str:
+        """The held-out scorer its figures were measured with (`evals.scorer_of_run`)."""
+        return scorer_of_run(
+            {
+                "eval": {"scorer": self.config.get("eval.scorer")},
+                "rewards": {"answer_rule": self.config.get("rewards.answer_rule", "last_number")},
+            }
+        )
+
 
 class Group(NamedTuple):
     """Runs that differ only in their seed, under one label (`explicit`: given as LABEL=DIRS)."""
@@ -163,13 +192,21 @@ class Group(NamedTuple):
     explicit: bool = False
 
 
-def load_run(workdir: str) -> Run:
-    """Reads a finished run.
+def load_run(workdir: str, side: str = "test") -> Run:
+    """Reads a finished run's figures on one side of the split.
+
+    Args:
+      workdir: the run directory.
+      side: "test" (the run's own held-out figures, what tables report) or "selection" (its
+        evaluation on the selection side, `SELECTION_SET`, what settings are chosen by).
 
     Raises:
       FileNotFoundError: no summary.json (the run has not finished) or no config.json, each
         with the fix.
+      ValueError: a side that is neither.
     """
+    if side not in ("test", "selection"):
+        raise ValueError(f"report: side={side!r} must be 'test' or 'selection'.")
     summary_path = os.path.join(workdir, "summary.json")
     if not os.path.isfile(summary_path):
         raise FileNotFoundError(
@@ -183,12 +220,17 @@ def load_run(workdir: str) -> Run:
         summary = json.load(f)
     with open(config_path) as f:
         config = with_added_keys(flat_dict(json.load(f)))
-    task = config.get("task.name")
+    set_name = config.get("task.name") if side == "test" else SELECTION_SET
     metrics = read_metrics(workdir)
-    curve = held_out_curve(metrics)
+    curve = held_out_curve(metrics, side)
     entropy = sampled_entropy(metrics)
-    rows = {step: row for (step, name), row in read_eval_rows(workdir).items() if name == task}
+    rows = {step: row for (step, name), row in read_eval_rows(workdir).items() if name == set_name}
     correct = {step: np.asarray(row["correct"], np.int8) for step, row in rows.items()}
+    truncated = {
+        step: np.asarray(row["truncated"], np.int8)
+        for step, row in rows.items()
+        if "truncated" in row
+    }
     answers = {
         step: EvalAnswers(
             row["answers"],
@@ -199,7 +241,9 @@ def load_run(workdir: str) -> Run:
         for step, row in rows.items()
         if "answers" in row and "copied_input" in row
     }
-    return Run(workdir, config, summary, curve, correct, entropy, answers)
+    if side == "test" and "task.selection_fraction" not in config:
+        side = "held_out"  # made before the three-way split: one held-out side
+    return Run(workdir, config, summary, curve, correct, entropy, answers, side, truncated)
 
 
 def _run_dirs(path: str) -> tuple[list[str], list[str]]:
@@ -233,8 +277,9 @@ def _check_seeds(label: str, runs: Sequence[Run]) -> None:
         seen[run.seed] = run.workdir
 
 
-def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
-    """Groups of the command line's arguments (see the module docstring).
+def collect_groups(arguments: Sequence[str], log=print, side: str = "test") -> list[Group]:
+    """Groups of the command line's arguments (see the module docstring), their runs read on
+    `side` of the split (`load_run`).
 
     Raises:
       ValueError: an explicit group whose configs differ beyond the seed (names the keys), a
@@ -251,7 +296,7 @@ def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
                 finished, unfinished = _run_dirs(path)
                 for d in unfinished:
                     log(f"[report] {d}: unfinished (no summary.json), left out")
-                runs += [load_run(d) for d in finished]
+                runs += [load_run(d, side) for d in finished]
             if not runs:
                 raise FileNotFoundError(f"report: group {label!r} has no finished run.")
             keys = differing_keys([r.config for r in runs])
@@ -266,7 +311,7 @@ def collect_groups(arguments: Sequence[str], log=print) -> list[Group]:
         finished, unfinished = _run_dirs(argument)
         for d in unfinished:
             log(f"[report] {d}: unfinished (no summary.json), left out")
-        loose += [load_run(d) for d in finished]
+        loose += [load_run(d, side) for d in finished]
     by_config: dict[str, list[Run]] = {}
     for run in loose:
         key = config_key(run.config, lambda k: k not in IGNORED_KEYS)
@@ -380,6 +425,7 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
     )
     interval = lambda table: seeds_questions_interval(table, num_resamples=num_resamples)  # noqa: E731
     return {
+        "cut_share": _cut_share(runs),
         "label": group.label,
         "seeds": [r.seed for r in runs],
         "before": interval(before),
@@ -401,6 +447,32 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         "curves": {s: [r.curve[s] for r in runs] for s in steps},
         "runs": runs,
     }
+
+
+def _cut_share(runs: Sequence[Run]) -> float | None:
+    """The share of the right answers of the runs' last evaluations that came from completions
+    cut at the token limit (pooled over seeds); None where a run kept no truncation flags."""
+    if not all(r.final_step in r.truncated and r.final_step in r.correct for r in runs):
+        return None
+    right = sum(int(r.correct[r.final_step].sum()) for r in runs)
+    cut = sum(int((r.correct[r.final_step] & r.truncated[r.final_step]).sum()) for r in runs)
+    return cut / right if right else 0.0
+
+
+def check_one_scorer(option: str, runs: Sequence[Run]) -> str:
+    """The scorer all `runs` were measured with, else a ValueError naming `option`, the field
+    (`eval.scorer`), each scorer's runs and the fix: two rulers make no difference."""
+    by_scorer: dict[str, list[str]] = {}
+    for run in runs:
+        by_scorer.setdefault(run.scorer, []).append(run.workdir)
+    if len(by_scorer) > 1:
+        listed = "; ".join(f"{name}: {', '.join(dirs[:2])}" + (" ..." if len(dirs) > 2 else "")
+                           for name, dirs in by_scorer.items())  # fmt: skip
+        raise ValueError(
+            f"{option}: the runs were scored differently (eval.scorer: {listed}); compare runs "
+            "of one held-out scorer: run them again with the same config.eval.scorer."
+        )
+    return next(iter(by_scorer), "")
 
 
 def _held_out_of(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -425,6 +497,7 @@ def compare(
     if against not in by_label:
         raise ValueError(f"--against {against!r}: no group has that label (the groups: "
                          f"{', '.join(by_label)}).")  # fmt: skip
+    check_one_scorer(f"--against {against!r}", [run for row in rows for run in row["runs"]])
     base = by_label[against]
     out = []
     for row in rows:
@@ -491,9 +564,10 @@ def choice_markdown(
     max_drop: float,
     min_entropy_ratio: float | None = None,
     max_entropy_ratio: float | None = None,
+    side: str = "selection",
 ) -> str:
     """The `--choose_across` table: each setting's gain per task, its worst drop, and why it
-    does or does not qualify."""
+    does or does not qualify, on the `side` of the split the choice read."""
     entropy_rule = (
         ""
         if min_entropy_ratio is None
@@ -503,7 +577,8 @@ def choice_markdown(
         entropy_rule += f" and ends at most at {max_entropy_ratio:g} times it"
     lines = [
         "",
-        f"Settings (groups joined across tasks), by mean gain over tasks. A setting qualifies "
+        f"Settings (groups joined across tasks), by mean gain over tasks, read on the "
+        f"{SIDE_NOTES[side]}. A setting qualifies "
         f"when on every task each of >= 3 seeds ends within {100 * max_drop:g} points of its "
         f"own best evaluation{entropy_rule}; the default is the qualifying setting of the "
         "highest mean gain.",
@@ -555,9 +630,18 @@ def difference_cell(interval: Interval) -> str:
 COLUMNS = (
     "group", "seeds", "before %", "after %", "gain (points)", "per-seed gains",
     "best % (step)", "worst drop", "entropy last/first", "hacks (last eval)",
-    "gain beyond chance (kappa, points)", "steps",
+    "gain beyond chance (kappa, points)", "right answers cut (last eval)", "steps",
     "wall (min)", "CPU",
 )  # fmt: skip
+
+# What each side of the split means in a report's header.
+SIDE_NOTES = {
+    "test": "test: questions that chose nothing (settings are chosen and sweeps pruned on the "
+    "selection side)",
+    "selection": "selection: the questions settings are chosen by, not a reported result",
+    "held_out": "held_out: the one held-out side of runs made before the split had a selection "
+    "side (the same questions may have chosen the setting)",
+}
 
 
 def row_cells(row: Mapping[str, Any]) -> list[str]:
@@ -576,6 +660,7 @@ def row_cells(row: Mapping[str, Any]) -> list[str]:
         "" if row["entropy_ratio"] is None else f"{row['entropy_ratio']:.2f}",
         hacks_cell(row["hacks"]),
         "not kept" if row["beyond_chance"] is None else difference_cell(row["beyond_chance"].gain),
+        "not kept" if row["cut_share"] is None else f"{100 * row['cut_share']:.1f}%",
         ",".join(map(str, row["steps"])),
         f"{row['wall_min']:.1f}",
         "; ".join(row["hosts"]),
@@ -591,10 +676,28 @@ def hacks_cell(hacks: Mapping[int, Sequence[str]] | None) -> str:
     return " / ".join(found) or "none"
 
 
+def sides_and_scorers(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The header line naming the side of the split the figures come from and the held-out
+    scorer(s) that measured them (per group where they differ)."""
+    sides = sorted({run.side for row in rows for run in row["runs"]})
+    side_text = "; ".join(SIDE_NOTES[side] for side in sides)
+    scorers = {row["label"]: sorted({run.scorer for run in row["runs"]}) for row in rows}
+    names = sorted({name for names in scorers.values() for name in names})
+    if len(names) == 1:
+        known = SCORERS.get(names[0])
+        scorer_text = names[0] + (f" ({known.description})" if known else "")
+    else:
+        scorer_text = "they differ between groups, which are then not comparable: " + "; ".join(
+            f"{label}: {', '.join(names)}" for label, names in scorers.items()
+        )
+    return f"Side: {side_text}. Scorer: {scorer_text}."
+
+
 def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
     """The report as Markdown: what it shows, then one table row per group."""
     notes = [
         f"Generated {datetime.date.today()} by `{command or 'python -m jaxrl_llm.report'}`.",
+        sides_and_scorers(rows),
         "Held-out greedy accuracy: mean over seeds with its 95% interval, bootstrapped over "
         "seeds and questions (gain: paired by seed and question); a gain whose interval "
         "includes 0 is marked. Worst drop: the largest fall of one seed from its best held-out "
@@ -606,7 +709,9 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
         "(accuracy - p_e) / (1 - p_e) with p_e the "
         "accuracy the two answer distributions give by chance (0 for a constant answer, close to "
         "the accuracy on a task of many answers; `jaxrl_llm.evals.agreement`), bootstrapped the "
-        "same way. A group of fewer than 3 seeds is a sketch, not a result.",
+        "same way. Right answers cut: the share of the last evaluation's right answers whose "
+        "completion was cut at the token limit (0 under a scorer for which a cut completion "
+        "states no answer). A group of fewer than 3 seeds is a sketch, not a result.",
     ]
     if any(not r["per_question"] for r in rows):
         notes.append("Rows without per-question results resample seeds only.")
@@ -639,6 +744,19 @@ def plot(rows: Sequence[Mapping[str, Any]], path: str, *, num_resamples: int = 1
     )  # fmt: skip
 
 
+def choice_inputs(
+    paths: Sequence[str], rows: Sequence[Mapping[str, Any]], num_resamples: int
+) -> tuple[list[Mapping[str, Any]], str]:
+    """(summarized groups, side) that `--choose_across` chooses by: the runs read on the
+    selection side when every one of them has it, else `rows` on their own side (runs made
+    before the selection side existed; the choice then says so). All must share one scorer."""
+    check_one_scorer("--choose_across", [run for row in rows for run in row["runs"]])
+    groups = collect_groups(paths, log=lambda _: None, side="selection")
+    if all(run.curve for group in groups for run in group.runs):
+        return [summarize(g, num_resamples=num_resamples) for g in groups], "selection"
+    return list(rows), rows[0]["runs"][0].side
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (module docstring); exit status 2 on bad input, nothing written."""
     parser = argparse.ArgumentParser(
@@ -646,8 +764,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("paths", nargs="+", help="run or sweep directories, or LABEL=DIR,DIR")
     parser.add_argument("--out", help="also write OUT.md and OUT.png")
+    parser.add_argument("--no_plot", action="store_true", help="with --out, write OUT.md only")
     parser.add_argument("--resamples", type=int, default=4000, help="bootstrap replicates")
     parser.add_argument("--against", help="a group's label: every other group's difference to it")
+    parser.add_argument(
+        "--side",
+        choices=("test", "selection"),
+        default="test",
+        help="the side of the split the tables read (default test; --choose_across always "
+        "chooses on the selection side where the runs have one)",
+    )
     parser.add_argument(
         "--choose_across",
         metavar="PREFIX",
@@ -699,13 +825,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="STEPS",
         help="steps averaged at each end of a run for --metric",
     )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module or .py file registering a scorer the runs name, imported first",
+    )
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(
         list(argv if argv is not None else sys.argv[1:])
     )
     try:
-        groups = collect_groups(args.paths)
-        start = load_run(args.start_from) if args.start_from else None
+        import_all(args.imports)
+        groups = collect_groups(args.paths, side=args.side)
+        start = load_run(args.start_from, args.side) if args.start_from else None
         if start is not None:
             groups = with_start(groups, start)
         rows = [summarize(g, num_resamples=args.resamples) for g in groups]
@@ -731,6 +866,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.metric
             else ("", {})
         )
+        if args.choose_across:
+            choice_rows, choice_side = choice_inputs(args.paths, rows, args.resamples)
         copies = record_copies(groups, args.keep_records) if args.keep_records else []
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -747,23 +884,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_drop, min_ratio = args.max_drop / 100, args.min_entropy_ratio
         max_ratio = args.max_entropy_ratio
         settings, chosen = choose(
-            rows,
+            choice_rows,
             args.choose_across,
             max_drop=max_drop,
             min_entropy_ratio=min_ratio,
             max_entropy_ratio=max_ratio,
         )
-        text += choice_markdown(settings, chosen, max_drop, min_ratio, max_ratio)
+        text += choice_markdown(settings, chosen, max_drop, min_ratio, max_ratio, choice_side)
     text += metrics_text
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out + ".md", "w") as f:
             f.write(text)
-        print(f"[report] wrote {args.out}.md and {plot(rows, args.out + '.png')}")
-        for name, rows_of_metric in metric_rows.items():
-            path = f"{args.out}_{metric_file_suffix(name)}.png"
-            print(f"[report] wrote {plot_metric(rows_of_metric, path)}")
+        written = [args.out + ".md"]
+        if not args.no_plot:
+            written.append(plot(rows, args.out + ".png"))
+            written += [
+                plot_metric(rows_of_metric, f"{args.out}_{metric_file_suffix(name)}.png")
+                for name, rows_of_metric in metric_rows.items()
+            ]
+        print(f"[report] wrote {', '.join(written)}")
     if copies:
         kept = copy_records(copies)
         print(f"[report] kept the records of {len(kept)} runs under {args.keep_records}")

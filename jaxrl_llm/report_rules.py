@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jaxrl_llm.evals.suite import SELECTION_SET
+
 __all__ = [
     "ADDED_KEYS",
     "IGNORED_KEYS",
+    "choice_curve",
     "config_key",
     "differing_keys",
     "drop_from_best",
@@ -81,9 +84,20 @@ def sampled_entropy(metrics: Sequence[Mapping[str, Any]]) -> dict[int, float]:
     }
 
 
-def held_out_curve(metrics: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """{step: held-out accuracy of the run's task} of a run's metrics rows (`eval/accuracy`)."""
-    return {int(r["step"]): r["eval/accuracy"] for r in metrics if "eval/accuracy" in r}
+def held_out_curve(metrics: Sequence[Mapping[str, Any]], side: str = "test") -> dict[int, float]:
+    """{step: held-out accuracy of the run's task} of a run's metrics rows: on the test side
+    (`eval/accuracy`, what tables report) or the selection side (`eval/selection/accuracy`,
+    what settings are chosen and sweeps pruned by; `SELECTION_SET`)."""
+    key = "eval/accuracy" if side == "test" else f"eval/{SELECTION_SET}/accuracy"
+    return {int(r["step"]): r[key] for r in metrics if key in r}
+
+
+def choice_curve(metrics: Sequence[Mapping[str, Any]]) -> tuple[dict[int, float], str]:
+    """(curve, side) a setting is chosen or pruned by: the selection side's held-out curve, or
+    for a run evaluated before that side existed its one held-out curve ("test": chosen on the
+    questions it reports, a selection bias the caller says)."""
+    selection = held_out_curve(metrics, "selection")
+    return (selection, "selection") if selection else (held_out_curve(metrics), "test")
 
 
 def drop_from_best(curve: Mapping[int, float]) -> float:

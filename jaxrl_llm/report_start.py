@@ -21,7 +21,14 @@ from jaxrl_llm.report_rules import differing_keys
 __all__ = ["HELD_OUT_KEYS", "held_out_of", "with_start"]
 
 # What picks a run's held-out questions (`jaxrl_llm.data.split`, `build_eval_sets`).
-HELD_OUT_KEYS = ("task.name", "task.eval_size", "task.eval_seed", "task.held_out_fraction")
+HELD_OUT_KEYS = (
+    "task.name",
+    "task.eval_size",
+    "task.eval_seed",
+    "task.held_out_fraction",
+    "task.selection_fraction",
+    "task.split_by",
+)
 
 
 def held_out_of(config: dict[str, Any]) -> dict[str, Any]:
@@ -34,8 +41,9 @@ def with_start(groups: Sequence[Any], start: Any) -> list[Any]:
     (`report.Run`).
 
     Raises:
-      ValueError: `start` kept no per-question step-0 evaluation, or a run was evaluated on
-        other held-out questions (the keys that differ, or the number of questions, named).
+      ValueError: `start` kept no per-question step-0 evaluation, a run was evaluated on
+        other held-out questions (the keys that differ, or the number of questions, named), or
+        scored by another held-out scorer (`eval.scorer`).
     """
     if 0 not in start.correct:
         raise ValueError(
@@ -46,6 +54,12 @@ def with_start(groups: Sequence[Any], start: Any) -> list[Any]:
     for group in groups:
         runs = []
         for run in group.runs:
+            if run.scorer != start.scorer:
+                raise ValueError(
+                    f"--start_from {start.workdir}: it was scored by eval.scorer="
+                    f"{start.scorer!r} and {run.workdir} by {run.scorer!r}: two rulers; give a "
+                    "start run of the same config.eval.scorer."
+                )
             keys = differing_keys([held_out_of(start.config), held_out_of(run.config)])
             if keys or len(run.correct.get(0, start.correct[0])) != len(start.correct[0]):
                 raise ValueError(

@@ -455,14 +455,14 @@ def reward_by_index(config, examples: list) -> Callable[..., list[float]]:
 def held_out_evaluator(config, export_dir: str):
     """(model, tokenizer, accuracy): our model and tokenizer loaded from the export, and a
     function giving the model's greedy held-out accuracy, decoded and scored as our runner's
-    evaluation does (same settings, same questions, same reward)."""
+    evaluation does (same settings, same questions, same scorer)."""
     from jaxrl_llm.evals import Evaluator
     from jaxrl_llm.models.hf import load_hf_directory
-    from jaxrl_llm.runners.components import build_eval_sets, build_rewards
+    from jaxrl_llm.runners.components import build_eval_sets, build_scorer
     from jaxrl_llm.runners.evaluation import eval_settings
 
     model, tokenizer = load_hf_directory(export_dir, dtype=config.model.dtype)
-    evaluator = Evaluator(model, tokenizer, build_rewards(config), eval_settings(config))
+    evaluator = Evaluator(model, tokenizer, build_scorer(config), eval_settings(config))
     held_out = build_eval_sets(config, [config.task.name])[0]
     return model, tokenizer, lambda: evaluator.evaluate_set(held_out)["accuracy"]
 

@@ -11,7 +11,7 @@ Example:
 """
 
 from jaxrl_llm.data.batcher import PromptBatcher, PromptSource
-from jaxrl_llm.data.example import Example, Scorer
+from jaxrl_llm.data.example import Example, Scorer, question_id
 from jaxrl_llm.data.jsonl import JsonlRecord, JsonlSource, final_answer, read_prompt_jsonl
 from jaxrl_llm.data.presets import (
     TaskPreset,
@@ -70,6 +70,7 @@ __all__ = [
     "parse_math",
     "partition",
     "problem_key_for",
+    "question_id",
     "read_prompt_jsonl",
     "reasoning_gym_tasks",
     "register_preset",

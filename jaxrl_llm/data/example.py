@@ -8,11 +8,25 @@ scorer whether an extracted answer is right.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any, Protocol
 
 from jaxrl_llm.data import scoring
+from jaxrl_llm.data.split import normalize_question
 
-__all__ = ["Example", "Scorer"]
+__all__ = ["Example", "Scorer", "question_id"]
+
+
+def question_id(question: str) -> str:
+    """A short stable id of a question: the first 12 hex digits of the SHA-256 of its normalised
+    text (`split.normalize_question`), the same on every machine; kept beside per-question
+    records so a reader can find each question again.
+
+    Example:
+      >>> question_id("What is 2 + 3?") == question_id("  what is 2 +  3? ")
+      True
+    """
+    return hashlib.sha256(normalize_question(question).encode("utf-8")).hexdigest()[:12]
 
 
 class Scorer(Protocol):

@@ -12,11 +12,16 @@ n sampled completions per prompt (at `temperature`, each row its own key). Metri
     score               mean task score of the greedy completions (partial credit included)
     completion_length   mean greedy completion length in tokens
     truncated           fraction of greedy completions cut at max_new_tokens (no end of turn)
+    correct_cut_share   share of the right greedy answers that came from cut completions (0
+                        under a scorer whose cut completions state no answer; 0 with none right)
     sample_accuracy     mean correctness of the sampled completions (sampled pass@1)
     pass@k, maj@k       for each k in `ks` up to n (`jaxrl_llm.evals.estimators`)
     sample_length, sample_truncated   as above, over the samples
     prompts             number of prompts
     distinct_prompts    number of different questions among them (case and spaces normalised)
+
+Completions are scored by the held-out scorer (`jaxrl_llm.evals.scorers`: `config.eval.scorer`,
+the same for every recipe), not by the training reward.
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxrl_llm.data import Example
+from jaxrl_llm.data import Example, question_id
 from jaxrl_llm.data.split import distinct_questions
 from jaxrl_llm.evals.estimators import maj_at_k, pass_at_k
 from jaxrl_llm.evals.hacks import copied_input
-from jaxrl_llm.rewards import RewardRunner, extract_answer
+from jaxrl_llm.evals.scorers import HeldOutScorer
+from jaxrl_llm.rewards import extract_answer
 from jaxrl_llm.rollout.chat import (
     chat_generation_config,
     chat_generator,
@@ -42,7 +48,12 @@ from jaxrl_llm.rollout.chat import (
 from jaxrl_llm.rollout.continuous import ContinuousGenerator
 from jaxrl_llm.rollout.types import FinishReason
 
-__all__ = ["Decoded", "EvalSet", "EvalSettings", "Evaluator", "markdown_table"]
+__all__ = ["SELECTION_SET", "Decoded", "EvalSet", "EvalSettings", "Evaluator", "markdown_table"]
+
+# The name of a run's evaluation of its own task on the selection side of the split (logged as
+# "eval/selection/<metric>"): what sweeps prune on and reports choose settings by, while the
+# run's unprefixed "eval/<metric>" figures come from the test side, which tables report.
+SELECTION_SET = "selection"
 
 
 class EvalSet(NamedTuple):
@@ -52,7 +63,7 @@ class EvalSet(NamedTuple):
     examples: Sequence[Example]
 
 
-def describe_held_out(eval_sets, held_out_fraction: float) -> dict[str, dict[str, float]]:
+def describe_held_out(eval_sets) -> dict[str, dict[str, float]]:
     """{set: {"questions": n, "distinct": d}} of a run's held-out sets, each printed in one line
     (a run keeps the dict in its summary.json)."""
     described = {}
@@ -62,10 +73,11 @@ def describe_held_out(eval_sets, held_out_fraction: float) -> dict[str, dict[str
             "questions": len(questions),
             "distinct": distinct_questions(questions),
         }
+        side = "selection" if eval_set.name == SELECTION_SET else "test"
         print(
             f"[jaxrl_llm] held-out set {eval_set.name}: {len(questions)} questions, "
-            f"{described[eval_set.name]['distinct']} distinct, from the "
-            f"{100 * held_out_fraction:g}% of questions no training pool draws (by hash)"
+            f"{described[eval_set.name]['distinct']} distinct, from the {side} side of the "
+            "split, which no training pool draws (by a hash of each problem)"
         )
     return described
 
@@ -115,11 +127,12 @@ class EvalSettings:
 class Decoded(NamedTuple):
     """Completions of one decode pass over examples, with their scores."""
 
-    scores: np.ndarray  # float64 [N]
-    answers: list[str | None]  # [N]
+    scores: np.ndarray  # float64 [N], 0 for a cut completion when the scorer says it has no answer
+    answers: list[str | None]  # [N], None for no answer
     lengths: np.ndarray  # int [N]
     truncated: np.ndarray  # bool [N]
     copied_input: np.ndarray  # bool [N], `jaxrl_llm.evals.hacks.copied_input`
+    completions: list[str]  # [N] the generated texts
 
 
 class Evaluator:
@@ -128,20 +141,38 @@ class Evaluator:
     Args:
       model: the policy (`jaxrl_llm.models.Transformer`).
       tokenizer: its tokenizer (chat template, end-of-turn ids).
-      rewards: a `RewardRunner` with a "task" function (accuracy is its score == 1); the
-        answers maj@k votes over are read with its `answer_rule`, as "task" reads them.
+      scorer: the held-out scorer (`jaxrl_llm.evals.scorers`; accuracy counts its scores of 1,
+        maj@k votes over answers read with its `answer_rule`).
       settings: `EvalSettings`.
+      timeout_s: the scorer's time limit per completion (a call past it scores 0 and is
+        counted, as rewards are: `RewardRunner`).
 
     Attributes:
       correct: {set name: bool [N]} whether each greedy answer of the set's last evaluation was
         right, in the set's order (what a report resamples for intervals over questions).
-      details: {set name: {"answers": [N] str | None, "copied_input": bool [N], "references":
-        [N] str}} of the same evaluation: what `jaxrl_llm.evals.hacks` reads to find a constant
-        answer (and how often it is the reference) or a copied input number.
+      details: {set name: {"ids": [N] str, "questions": [N] str, "completions": [N] str,
+        "answers": [N] str | None, "references": [N] str, "scores": float [N], "truncated":
+        bool [N], "copied_input": bool [N]}} of the same evaluation: what a person reads, and
+        what `jaxrl_llm.evals.hacks` reads to find a constant answer (and how often it is the
+        reference) or a copied input number.
     """
 
-    def __init__(self, model, tokenizer, rewards: RewardRunner, settings: EvalSettings):
-        self.model, self.tokenizer, self.rewards = model, tokenizer, rewards
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        scorer: HeldOutScorer,
+        settings: EvalSettings,
+        *,
+        timeout_s: float | None = 5.0,
+    ):
+        if not isinstance(scorer, HeldOutScorer):
+            raise TypeError(
+                f"Evaluator: scorer must be a HeldOutScorer (jaxrl_llm.evals.get_scorer), got "
+                f"{type(scorer).__name__}."
+            )
+        self.model, self.tokenizer, self.scorer = model, tokenizer, scorer
+        self.rewards = scorer.runner(timeout_s=timeout_s)
         self.settings = settings
         self.correct: dict[str, np.ndarray] = {}
         self.details: dict[str, dict[str, Any]] = {}
@@ -173,17 +204,24 @@ class Evaluator:
         if not examples:
             raise ValueError(f"Evaluator: the set {eval_set.name!r} has no examples.")
         greedy = self.decode(examples, params=params)
-        self.correct[eval_set.name] = greedy.scores == 1.0
+        right = greedy.scores == 1.0
+        self.correct[eval_set.name] = right
         self.details[eval_set.name] = {
+            "ids": [question_id(e.question) for e in examples],
+            "questions": [e.question for e in examples],
+            "completions": greedy.completions,
             "answers": greedy.answers,
-            "copied_input": greedy.copied_input,
             "references": [e.answer for e in examples],
+            "scores": greedy.scores,
+            "truncated": greedy.truncated,
+            "copied_input": greedy.copied_input,
         }
         result = {
-            "accuracy": float(np.mean(greedy.scores == 1.0)),
+            "accuracy": float(np.mean(right)),
             "score": float(np.mean(greedy.scores)),
             "completion_length": float(np.mean(greedy.lengths)),
             "truncated": float(np.mean(greedy.truncated)),
+            "correct_cut_share": float(np.sum(right & greedy.truncated) / max(np.sum(right), 1)),
             "prompts": float(len(examples)),
             "distinct_prompts": float(distinct_questions(e.question for e in examples)),
         }
@@ -211,8 +249,9 @@ class Evaluator:
         return result
 
     def decode(self, examples, *, params=None, sampled: bool = False, seed: int = 0) -> Decoded:
-        """Completions of `examples` (greedy, or sampled at the settings' temperature), scored:
-        task scores, extracted answers (None when empty), lengths and truncation flags."""
+        """Completions of `examples` (greedy, or sampled at the settings' temperature), scored
+        by the held-out scorer: scores, extracted answers (None when empty, and for a cut
+        completion when the scorer's cut completions state no answer), lengths, truncation."""
         s = self.settings
         generator = self.sampler if sampled else self.greedy
         if generator is None:
@@ -225,35 +264,39 @@ class Evaluator:
         )
         # The continuous batcher takes every prompt at once; fixed batches go chunk by chunk.
         chunk = len(ids) if s.continuous else s.num_slots
-        scores, answers, lengths, truncated, copied = [], [], [], [], []
+        scores, answers, lengths, truncated, copied, texts_out = [], [], [], [], [], []
         for start in range(0, len(ids), chunk):
             rollout = generator(ids[start : start + chunk], seed=seed + start, params=params)
             completions = completion_texts(self.tokenizer, rollout)
-            out = self.rewards(
-                texts[start : start + chunk], completions, examples[start : start + chunk]
-            )
+            batch = examples[start : start + chunk]
+            out = self.rewards(texts[start : start + chunk], completions, batch)
             scores.extend(out.per_function["task"].tolist())
-            answers.extend(  # read as the "task" reward reads them
-                extract_answer(c, e.question, rule=self.rewards.answer_rule) or None
-                for c, e in zip(completions, examples[start : start + chunk], strict=True)
+            answers.extend(  # read as the scorer reads them
+                extract_answer(c, e.question, rule=self.scorer.answer_rule) or None
+                for c, e in zip(completions, batch, strict=True)
             )
-            copied.extend(
-                copied_input(c, e)
-                for c, e in zip(completions, examples[start : start + chunk], strict=True)
-            )
+            copied.extend(copied_input(c, e) for c, e in zip(completions, batch, strict=True))
             lengths.extend(np.asarray(rollout.lengths).tolist())
             truncated.extend((np.asarray(rollout.finish_reason) == FinishReason.LENGTH).tolist())
+            texts_out.extend(completions)
+        scores, truncated = np.asarray(scores, np.float64), np.asarray(truncated, bool)
+        if self.scorer.cut_completions == "no_answer":  # a cut completion stated nothing
+            scores = np.where(truncated, 0.0, scores)
+            answers = [None if cut else a for a, cut in zip(answers, truncated, strict=True)]
         return Decoded(
-            np.asarray(scores, np.float64),
-            answers,
-            np.asarray(lengths),
-            np.asarray(truncated),
-            np.asarray(copied, bool),
+            scores, answers, np.asarray(lengths), truncated, np.asarray(copied, bool), texts_out
         )
 
 
 # Metrics shown as percentages in `markdown_table`; the rest as numbers.
-_PERCENT = ("accuracy", "score", "truncated", "sample_accuracy", "sample_truncated")
+_PERCENT = (
+    "accuracy",
+    "score",
+    "truncated",
+    "correct_cut_share",
+    "sample_accuracy",
+    "sample_truncated",
+)
 
 
 def _is_percent(metric: str) -> bool:

@@ -18,7 +18,8 @@ from jaxrl_llm.constraints.config import build_judges, judge_names
 from jaxrl_llm.constraints.llm_judge import LLMJudge
 from jaxrl_llm.data import PromptBatcher, ReasoningGymSource
 from jaxrl_llm.data.presets import task_pool
-from jaxrl_llm.evals import EvalSet
+from jaxrl_llm.evals import SELECTION_SET, EvalSet
+from jaxrl_llm.evals.scorers import DEFAULT_SCORER, HeldOutScorer, get_scorer
 from jaxrl_llm.models import ModelConfig, Tokenizer, Transformer, from_pretrained, init_model
 from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import load_scalar_model
@@ -131,6 +132,12 @@ def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
     )
 
 
+def build_scorer(config: ml_collections.ConfigDict) -> HeldOutScorer:
+    """The held-out scorer of `config.eval.scorer` (`jaxrl_llm.evals.scorers`): what every
+    evaluation of the run counts as right, apart from the reward that trains it."""
+    return get_scorer(config.eval.get("scorer", DEFAULT_SCORER))
+
+
 def total_updates(config: ml_collections.ConfigDict) -> int:
     """Optimizer updates of a whole run: one per minibatch of every RL step."""
     return config.train.num_steps * config.train.num_minibatches
@@ -183,18 +190,25 @@ def build_eval_sets(
       size: prompts per set (default `config.task.eval_size`).
       seed: the seed their draw from the held-out side uses (default `config.task.eval_seed`).
 
-    Every set holds distinct questions of the held-out side of the hash split
-    (`jaxrl_llm.data.split`), which no training pool draws from.
+    Every set holds distinct problems of the test side of the split (`jaxrl_llm.data.split`),
+    which no training pool draws from. By default (`names` None) and with
+    `config.eval.selection`, a last set named `SELECTION_SET` holds the run's task on the
+    selection side: what settings are chosen by, apart from the test side reports show.
     """
+    selection = names is None and config.eval.get("selection", False)
     if names is None:
         names = [config.task.name] + [n for n in eval_task_names(config) if n != config.task.name]
-    return [
+    sets = [
         EvalSet(
             name,
-            list(task_pool(config.task, side="held_out", name=name, size=size, eval_seed=seed)),
+            list(task_pool(config.task, side="test", name=name, size=size, eval_seed=seed)),
         )
         for name in names
     ]
+    if selection:
+        pool = task_pool(config.task, side="selection", size=size, eval_seed=seed)
+        sets.append(EvalSet(SELECTION_SET, list(pool)))
+    return sets
 
 
 class Roles(NamedTuple):

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import ml_collections
 
 from jaxrl_llm.data import Example
+from jaxrl_llm.evals.scorers import HeldOutScorer
 from jaxrl_llm.evals.suite import EvalSet, EvalSettings, Evaluator
-from jaxrl_llm.rewards import RewardRunner
 from jaxrl_llm.rollout.chat import chat_generator, completion_texts, prompt_ids
 
 __all__ = ["chat_generator", "completion_texts", "eval_settings", "greedy_accuracy", "prompt_ids"]
@@ -35,7 +35,7 @@ def greedy_accuracy(
     model,
     tokenizer,
     examples: Sequence[Example],
-    rewards: RewardRunner,
+    scorer: HeldOutScorer,
     *,
     max_new_tokens: int,
     batch_size: int,
@@ -46,7 +46,8 @@ def greedy_accuracy(
     continuous: bool = True,
 ) -> dict[str, float]:
     """Greedy (temperature 0) accuracy, mean task score, completion length and truncation rate
-    over `examples` (`jaxrl_llm.evals.Evaluator` without samples).
+    over `examples` (`jaxrl_llm.evals.Evaluator` without samples), scored by `scorer`
+    (`jaxrl_llm.evals.get_scorer`).
 
     With `continuous` (the default), every prompt goes through one `ContinuousGenerator` of
     `batch_size` slots, refilled as completions finish, with the prefix every prompt shares
@@ -61,7 +62,7 @@ def greedy_accuracy(
         system_prompt=system_prompt,
         instruction_suffix=instruction_suffix,
     )
-    evaluator = Evaluator(model, tokenizer, rewards, settings)
+    evaluator = Evaluator(model, tokenizer, scorer, settings)
     result = evaluator.evaluate_set(EvalSet("held-out", examples), params=params)
     del result["prompts"]
     return result

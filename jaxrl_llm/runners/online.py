@@ -153,7 +153,7 @@ def run_online(
     roles = build_roles(config, algorithm, parts, devices)
     run = build_run(config, workdir, algorithm, parts, roles)
     run.summary["host"] = {**host_info(), **accelerator_info()}
-    run.summary["held_out"] = describe_held_out(run.eval_sets, config.task.held_out_fraction)
+    run.summary["held_out"] = describe_held_out(run.eval_sets)
     if hooks is None:
         hooks = default_hooks(config, workdir, desc=algorithm.name.upper(), progress=progress)
     schedule, stop = run.schedule, StopSignal()

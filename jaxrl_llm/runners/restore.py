@@ -28,7 +28,8 @@ class RestoredPolicy(NamedTuple):
         `params` fit (a LoRA run's base model when its rollout merges the adapters).
       params: the actor's weights at `step`, in the decode layout (pass as `params=` to a
         generator or `jaxrl_llm.evals.Evaluator`).
-      rewards: the run's reward role (its "task" function scores accuracy).
+      rewards: the run's reward role (the training reward; held-out accuracy is scored by
+        `config.eval.scorer`, `components.build_scorer`).
       step: the checkpoint's RL step.
     """
 

@@ -22,7 +22,7 @@ from jaxrl_llm.evals import Evaluator
 from jaxrl_llm.rollout.chat import completion_texts, prompt_ids, response_rows
 from jaxrl_llm.rollout.inflight import WeightsSource
 from jaxrl_llm.runners.collectors import Collector, Generated, round_seed
-from jaxrl_llm.runners.components import Roles, RunParts, build_eval_sets
+from jaxrl_llm.runners.components import Roles, RunParts, build_eval_sets, build_scorer
 from jaxrl_llm.runners.evaluation import eval_settings
 
 __all__ = ["Prompts", "SingleTurnSampler"]
@@ -69,8 +69,9 @@ class SingleTurnSampler(Collector):
         self.evaluator = Evaluator(  # decodes with the rollout's weights, so its graph
             roles.rollout.decode_model,
             parts.tokenizer,
-            roles.reward.without_judges(),
+            build_scorer(config),
             eval_settings(config),
+            timeout_s=config.rewards.timeout_s,
         )
 
     def evaluate(self) -> dict[str, float]:

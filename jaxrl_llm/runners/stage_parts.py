@@ -135,7 +135,7 @@ def scalar_head_learner(policy, config, loss_fn: Callable[..., Any]):
 
 def greedy_evaluation(config, model, tokenizer, eval_set=None) -> Callable[[Any], dict[str, float]]:
     """`params -> metrics`: the held-out greedy evaluation (`config.eval`, scored by
-    `config.rewards`) of `eval_set`, by default the run's task's held-out prompts
+    `config.eval.scorer`) of `eval_set`, by default the run's task's held-out prompts
     (`components.build_eval_sets`). One `Evaluator` serves every call, so the decode compiles
     once per run."""
     from jaxrl_llm.evals import Evaluator
@@ -144,8 +144,10 @@ def greedy_evaluation(config, model, tokenizer, eval_set=None) -> Callable[[Any]
 
     if eval_set is None:
         (eval_set,) = components.build_eval_sets(config, [config.task.name])
-    rewards = components.build_rewards(config)
-    evaluator = Evaluator(model, tokenizer, rewards, eval_settings(config))
+    scorer = components.build_scorer(config)
+    evaluator = Evaluator(
+        model, tokenizer, scorer, eval_settings(config), timeout_s=config.rewards.timeout_s
+    )
 
     def metrics(params) -> dict[str, float]:
         return evaluator([eval_set], params=params)[eval_set.name]

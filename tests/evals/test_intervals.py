@@ -83,3 +83,49 @@ def test_clustered_difference_refuses_bad_input():
         clustered_difference_interval(np.ones(2), np.ones(3), np.ones(2))
     with pytest.raises(ValueError, match="items in them"):
         clustered_difference_interval(np.zeros(2), np.zeros(2), np.zeros(2))
+
+
+def _width(interval: Interval) -> float:
+    return interval.high - interval.low
+
+
+def _wrong_bootstrap_width(values_sq, *, questions_per_seed: bool, num_resamples=4000, seed=0):
+    """The width a wrong bootstrap gives: questions drawn anew for each seed (or seeds drawn
+    anew for each question), which treats the table's cells as more independent than they are."""
+    rng = np.random.default_rng(seed)
+    s, q = values_sq.shape
+    seeds_bs = rng.integers(0, s, size=(num_resamples, s))
+    if questions_per_seed:
+        questions_bsq = rng.integers(0, q, size=(num_resamples, s, q))
+        means = values_sq[seeds_bs[:, :, None], questions_bsq].mean(axis=(1, 2))
+    else:
+        seeds_bqs = rng.integers(0, s, size=(num_resamples, q, s))
+        means = values_sq[seeds_bqs, np.arange(q)[None, :, None]].mean(axis=(1, 2))
+    low, high = np.percentile(means, [2.5, 97.5])
+    return high - low
+
+
+def test_questions_are_drawn_once_for_every_seed():
+    """Every seed answers the same held-out questions, so a question's difficulty is shared:
+    with 4 seeds that agree on each of 100 questions, the interval is as wide as 100 questions
+    alone give. Drawing the questions anew for each seed would halve it (sqrt of 4 seeds)."""
+    rng = np.random.default_rng(1)
+    per_question = (rng.random(100) < 0.5).astype(float)
+    table = np.tile(per_question, (4, 1))
+    p = per_question.mean()
+    expected = 2 * 1.96 * np.sqrt(p * (1 - p) / 100)
+    assert _width(seeds_questions_interval(table)) == pytest.approx(expected, rel=0.15)
+    wrong = _wrong_bootstrap_width(table, questions_per_seed=True)
+    assert wrong == pytest.approx(expected / 2, rel=0.2)  # the test tells the two apart
+
+
+def test_seeds_are_drawn_once_for_every_question():
+    """A seed's effect is shared by all its questions: 4 seeds at 20/40/60/80% on every
+    question give the interval of 4 draws of those 4 values (enumerated exactly here).
+    Drawing seeds anew for each of 100 questions would shrink it about tenfold."""
+    accuracy_s = np.array([0.2, 0.4, 0.6, 0.8])
+    table = np.tile(accuracy_s[:, None], (1, 100))
+    draws = np.stack(np.meshgrid(*[accuracy_s] * 4, indexing="ij"), -1).reshape(-1, 4)
+    expected = np.subtract(*np.percentile(draws.mean(1), [97.5, 2.5]))
+    assert _width(seeds_questions_interval(table)) == pytest.approx(expected, rel=0.1)
+    assert _wrong_bootstrap_width(table, questions_per_seed=False) < expected / 5

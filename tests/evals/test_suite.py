@@ -1,5 +1,6 @@
 """The evaluator on a tiny random model (with SmolLM2's tokenizer), and the adversarial set."""
 
+import json
 import math
 import zlib
 
@@ -19,8 +20,14 @@ from jaxrl_llm.evals import (
     robustness,
 )
 from jaxrl_llm.evals.adversarial import _as_template
-from jaxrl_llm.rewards import RewardRunner, task_reward
+from jaxrl_llm.evals.scorers import HeldOutScorer, get_scorer
+from jaxrl_llm.metrics import MetricsWriter, read_eval_rows
+from jaxrl_llm.rewards import task_reward
 from jaxrl_llm.runners.components import load_policy
+
+# Scores every completion, cut or not, by its last number: the tiny random model never ends a
+# turn, so a scorer whose cut completions state no answer would score all of them 0.
+LAST_NUMBER = get_scorer("last_number")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +50,7 @@ def _examples(n):
 def test_sampled_metrics_agree_with_the_decoded_samples(policy):
     model, tokenizer = policy
     settings = EvalSettings(max_new_tokens=6, num_slots=8, num_samples=4, ks=(1, 2, 4, 16))
-    evaluator = Evaluator(model, tokenizer, RewardRunner({"task": task_reward}), settings)
+    evaluator = Evaluator(model, tokenizer, LAST_NUMBER, settings)
     examples = _examples(6)
     result = evaluator([EvalSet("coin", examples)])["coin"]
     greedy = evaluator.decode(examples)
@@ -73,7 +80,7 @@ def test_settings_and_sets_are_checked(policy):
     with pytest.raises(ValueError, match="num_slots"):
         EvalSettings(num_slots=0)
     model, tokenizer = policy
-    evaluator = Evaluator(model, tokenizer, RewardRunner({"task": task_reward}), EvalSettings())
+    evaluator = Evaluator(model, tokenizer, LAST_NUMBER, EvalSettings())
     with pytest.raises(ValueError, match="unique"):
         evaluator([EvalSet("a", _examples(1)), EvalSet("a", _examples(1))])
     with pytest.raises(ValueError, match="num_samples"):
@@ -110,9 +117,7 @@ def test_sampled_attacks_become_templates_only_when_they_assert_the_wrong_number
 
 def test_robustness_runs_end_to_end(policy):
     model, tokenizer = policy
-    evaluator = Evaluator(
-        model, tokenizer, RewardRunner({"task": task_reward}), EvalSettings(max_new_tokens=4)
-    )
+    evaluator = Evaluator(model, tokenizer, LAST_NUMBER, EvalSettings(max_new_tokens=4))
     result = robustness(evaluator, seed=0, size=8, search_size=4, num_candidates=4)
     for key in ("clean_accuracy", "template_accuracy", "template_success"):
         assert 0.0 <= result[key] <= 1.0
@@ -122,9 +127,9 @@ def test_robustness_runs_end_to_end(policy):
         assert math.isnan(result["searched_accuracy"])
 
 
-def test_answers_are_read_with_the_rewards_answer_rule(policy, monkeypatch):
-    """The evaluator's accuracy is the "task" score == 1 and its voted answers (maj@k) are read
-    as "task" reads them: under "stated", an lcm completion ending on a copied input has none."""
+def test_answers_are_read_with_the_scorers_answer_rule(policy, monkeypatch):
+    """The evaluator's accuracy is the scorer's score == 1 and its voted answers (maj@k) are read
+    with the scorer's rule: under "stated", an lcm completion ending on a copied input has none."""
     import functools
 
     from jaxrl_llm.evals import suite
@@ -137,10 +142,10 @@ def test_answers_are_read_with_the_rewards_answer_rule(policy, monkeypatch):
     model, tokenizer = policy
     results = {}
     for rule in ("last_number", "stated"):
-        rewards = RewardRunner(
-            {"task": functools.partial(exact_task_reward, rule=rule)}, answer_rule=rule
+        scorer = HeldOutScorer(
+            functools.partial(exact_task_reward, rule=rule), rule, cut_completions="scored"
         )
-        evaluator = Evaluator(model, tokenizer, rewards, EvalSettings(max_new_tokens=2))
+        evaluator = Evaluator(model, tokenizer, scorer, EvalSettings(max_new_tokens=2))
         decoded = evaluator.decode([lcm] * 3)
         results[rule] = (decoded.scores.tolist(), decoded.answers)
     assert results["last_number"] == ([1.0, 1.0, 0.0], ["4", "4", "8"])
@@ -163,12 +168,94 @@ def test_details_keep_each_answer_and_whether_it_copied_an_input(policy, monkeyp
         Example(question.format("2, 4"), "4", "hand", 3),
     ]
     model, tokenizer = policy
-    evaluator = Evaluator(
-        model, tokenizer, RewardRunner({"task": task_reward}), EvalSettings(max_new_tokens=2)
-    )
+    evaluator = Evaluator(model, tokenizer, LAST_NUMBER, EvalSettings(max_new_tokens=2))
     evaluator([EvalSet("lcm", examples)])
     details = evaluator.details["lcm"]
     assert details["answers"] == ["3", "6", "4", "no number"]
     assert details["copied_input"].tolist() == [True, False, False, False]
     assert details["references"] == ["6", "6", "4", "4"]
     assert evaluator.correct["lcm"].tolist() == [False, True, True, False]
+
+
+def test_a_cut_completion_states_no_answer_under_the_default_scorer(policy, monkeypatch):
+    """ "stated" scores a completion cut at the token limit 0 with no answer ("8 bits" of
+    rambling text answers nothing); "stated_cut_scored" scores it, and the share of right
+    answers that came from cut completions says how much of the accuracy that is."""
+    from jaxrl_llm.evals import suite
+
+    completions = ["The answer is 4.", "The answer is 4.", "It is 5"]
+    monkeypatch.setattr(suite, "completion_texts", lambda tokenizer, rollout: completions)
+    examples = [Example(f"What is 2 + 2? ({i})", "4", "hand", i) for i in range(3)]
+    model, tokenizer = policy
+    results = {}
+    for name in ("stated", "stated_cut_scored"):
+        evaluator = Evaluator(model, tokenizer, get_scorer(name), EvalSettings(max_new_tokens=2))
+        result = evaluator([EvalSet("sum", examples)])["sum"]
+        assert result["truncated"] == 1.0  # the random model never ends its turn in 2 tokens
+        results[name] = (result["accuracy"], result["correct_cut_share"])
+        results[name + "/answers"] = evaluator.details["sum"]["answers"]
+    assert results["stated"] == (0.0, 0.0)
+    assert results["stated/answers"] == [None, None, None]
+    assert results["stated_cut_scored"] == (pytest.approx(2 / 3), 1.0)
+    assert results["stated_cut_scored/answers"] == ["4", "4", "5"]
+
+
+def test_per_question_records_name_each_question_and_keep_its_completion(
+    policy, monkeypatch, tmp_path
+):
+    """What a run and `evaluate --out` keep: eval_questions.jsonl with ids, question texts and
+    truncation beside correctness; eval_completions.jsonl one readable line per question."""
+    from jaxrl_llm.data import question_id
+    from jaxrl_llm.evals import suite
+
+    completions = ["The LCM is 6.", "LCM(2, 4) = 8"]
+    monkeypatch.setattr(suite, "completion_texts", lambda tokenizer, rollout: completions)
+    question = "Find the Least Common Multiple (LCM) of these numbers: {}"
+    examples = [
+        Example(question.format("2, 3"), "6", "hand", 0),
+        Example(question.format("2, 4"), "4", "hand", 1),
+    ]
+    model, tokenizer = policy
+    evaluator = Evaluator(model, tokenizer, LAST_NUMBER, EvalSettings(max_new_tokens=2))
+    evaluator([EvalSet("lcm", examples)])
+    writer = MetricsWriter(str(tmp_path), tensorboard=False)
+    writer.write_eval_questions(3, evaluator.correct, evaluator.details)
+    writer.close()
+    row = read_eval_rows(str(tmp_path))[(3, "lcm")]
+    assert row["ids"] == [question_id(e.question) for e in examples]
+    assert row["questions"] == [e.question for e in examples]
+    assert row["correct"] == [1, 0] and row["truncated"] == [1, 1]
+    with open(tmp_path / "eval_completions.jsonl") as f:
+        lines = [json.loads(line) for line in f]
+    assert lines == [
+        {
+            "step": 3,
+            "set": "lcm",
+            "id": question_id(examples[0].question),
+            "prompt": examples[0].question,
+            "completion": "The LCM is 6.",
+            "answer": "6",
+            "reference": "6",
+            "score": 1.0,
+            "truncated": True,
+        },
+        {
+            "step": 3,
+            "set": "lcm",
+            "id": question_id(examples[1].question),
+            "prompt": examples[1].question,
+            "completion": "LCM(2, 4) = 8",
+            "answer": "8",
+            "reference": "4",
+            "score": 0.0,
+            "truncated": True,
+        },
+    ]
+
+
+def test_the_evaluator_takes_a_held_out_scorer_only(policy):
+    from jaxrl_llm.rewards import RewardRunner
+
+    model, tokenizer = policy
+    with pytest.raises(TypeError, match="HeldOutScorer"):
+        Evaluator(model, tokenizer, RewardRunner({"task": task_reward}), EvalSettings())

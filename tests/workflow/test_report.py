@@ -10,10 +10,13 @@ from jaxrl_llm import report, report_choice, report_rules, report_start, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
-             questions=100, finished=True, middle=None, entropy=None, sections=None):  # fmt: skip
+             questions=100, finished=True, middle=None, entropy=None, sections=None,
+             selection=None, truncated=None):  # fmt: skip
     """A run directory (summary.json unless not `finished`); `middle`: the held-out accuracy of
     an evaluation at steps // 2; `entropy`: (first, last) sampled entropy at steps 1 and `steps`;
-    `sections`: more config sections ({"rollout": {"temperature": 1.0}})."""
+    `sections`: more config sections ({"rollout": {"temperature": 1.0}}); `selection`: {step:
+    accuracy} on the selection side (a run of the three-way split); `truncated`: the number of
+    the last evaluation's first questions whose completion was cut."""
     os.makedirs(path, exist_ok=True)
     config = {"seed": seed, "task": {"name": task}, "optimizer": {"learning_rate": lr}}
     config.update(sections or {})
@@ -28,14 +31,23 @@ def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, st
     if middle is not None:
         correct = {0: correct[0], steps // 2: (np.arange(questions) < middle * questions).astype(int),
                    steps: correct[steps]}  # fmt: skip
+    if selection is not None:
+        config.setdefault("task", {})["selection_fraction"] = 0.1
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(config, f)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         for step, flags in correct.items():
             f.write(json.dumps({"step": step, "eval/accuracy": float(flags.mean())}) + "\n")
+        for step, accuracy in (selection or {}).items():
+            f.write(json.dumps({"step": step, "eval/selection/accuracy": accuracy}) + "\n")
         for step, value in zip((1, steps), entropy or (), strict=False):
             f.write(json.dumps({"step": step, "train/entropy": value}) + "\n")
     with open(os.path.join(path, "eval_questions.jsonl"), "w") as f:
         for step, flags in correct.items():
-            f.write(json.dumps({"step": step, "set": task, "correct": flags.tolist()}) + "\n")
+            row = {"step": step, "set": task, "correct": flags.tolist()}
+            if truncated is not None:
+                row["truncated"] = (np.arange(questions) < truncated).astype(int).tolist()
+            f.write(json.dumps(row) + "\n")
     if finished:
         summary = {"steps": steps, "wall_time_s": 600.0,
                    "host": {"cpu": "Test CPU", "isa": "AVX2", "cores": 2}}  # fmt: skip
@@ -458,3 +470,66 @@ def test_start_from_counts_the_gain_from_an_earlier_stage(tmp_path, capsys):
     os.remove(os.path.join(base, "eval_questions.jsonl"))
     assert report.main([*runs, "--start_from", base]) == 2
     assert "no per-question evaluation at step 0" in capsys.readouterr().err
+
+
+def test_runs_scored_by_two_rulers_are_compared_nowhere(tmp_path, capsys):
+    """A run written before eval.scorer counts as scored by its training answer rule with cut
+    completions scored: "stated" and "last_number" runs are two rulers, refused wherever the
+    report would subtract one from the other, naming the field; a plain table says so."""
+    stated = {"rewards": {"answer_rule": "stated"}}
+    a = [make_run(tmp_path / "a" / f"r{s}", seed=s, sections=stated) for s in range(3)]
+    b = [make_run(tmp_path / "b" / f"r{s}", seed=s, lr=1e-5) for s in range(3)]
+    groups = [f"stable={','.join(a)}", f"plain={','.join(b)}"]
+    assert report.main([*groups, "--against", "plain", "--resamples", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "--against 'plain': the runs were scored differently (eval.scorer: " in err
+    assert "stated_cut_scored" in err and "last_number" in err
+    with pytest.raises(ValueError, match=r"scored by eval.scorer='last_number'.*two rulers"):
+        report_start.with_start(report.collect_groups(a), report.load_run(b[0]))
+    assert report.main([*a, *b, "--choose_across", "task.", "--resamples", "50"]) == 2
+    assert "--choose_across: the runs were scored differently" in capsys.readouterr().err
+    assert report.main([*groups, "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "Scorer: they differ between groups, which are then not comparable: " in out
+    assert "stable: stated_cut_scored; plain: last_number" in out
+
+
+def test_the_header_names_the_side_and_the_scorer(tmp_path, capsys):
+    new = {"eval": {"scorer": "stated"}}
+    runs = [make_run(tmp_path / f"r{s}", seed=s, sections=new, selection={0: 0.2, 10: 0.3},
+                     truncated=10) for s in range(3)]  # fmt: skip
+    assert report.main([*runs, "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "Side: test: questions that chose nothing" in out
+    assert "Scorer: stated (the task's check of the stated answer; a cut completion states" in out
+    # 40 right of 100 at the last step, the first 10 cut: the cut ones that are right / 40
+    (row,) = [report.summarize(g, num_resamples=50) for g in report.collect_groups(runs)]
+    right_and_cut = sum(
+        int((r.correct[10] & r.truncated[10]).sum()) for r in row["runs"]
+    )  # fmt: skip
+    assert row["cut_share"] == pytest.approx(right_and_cut / 120)
+    assert f"| {100 * row['cut_share']:.1f}% |" in out
+    old = [make_run(tmp_path / f"o{s}", seed=s, lr=1e-5) for s in range(3)]
+    assert report.main([*old, "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "Side: held_out: the one held-out side of runs made before" in out
+    assert "Scorer: last_number (the task's check of the last number" in out
+    assert "| not kept |" in out  # no truncation flags in the older records
+
+
+def test_choose_reads_the_selection_side(tmp_path, capsys):
+    """On the test side lr=1e-4 holds and lr=3e-5 falls 10 points; on the selection side the
+    other way round: the choice follows the selection side and says so, and the table below
+    still shows the test side."""
+    for seed in range(3):
+        for task in ("chain_sum", "gcd"):
+            make_run(tmp_path / "s" / f"hi_{task}_{seed}", seed=seed, task=task, lr=1e-4,
+                     after=0.6, selection={0: 0.2, 5: 0.7, 10: 0.5})  # fmt: skip
+            make_run(tmp_path / "s" / f"lo_{task}_{seed}", seed=seed, task=task, lr=3e-5,
+                     after=0.4, middle=0.5, selection={0: 0.2, 10: 0.3})  # fmt: skip
+    assert report.main([str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "read on the selection: the questions settings are chosen by" in out
+    assert "Chosen: optimizer.learning_rate=3e-05." in out
+    assert report.main([str(tmp_path / "s"), "--side", "selection", "--resamples", "50"]) == 0
+    assert "Side: selection: the questions settings are chosen by" in capsys.readouterr().out

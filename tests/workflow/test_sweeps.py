@@ -240,7 +240,10 @@ def test_prune_skips_a_setting_once_a_run_falls_from_its_best(tmp_path):
     messages = []
     results = launch_backends.run_local(trials, poll_s=0.02, log=messages.append, skip=skip)
     assert [r.status for r in results] == ["ok", "pruned", "pruned", "ok", "ok"]
-    assert any("001: pruned (000 ended 5.0 points below its best (> 3))" in m for m in messages)
+    assert any(
+        "001: pruned (000 ended 5.0 points below its best on the test side (> 3))" in m
+        for m in messages
+    )
     assert not os.path.exists(trials[1].workdir)
     again = launch_backends.run_local(trials, poll_s=0.02, log=lambda _: None, skip=skip)
     assert [r.status for r in again] == ["reused", "pruned", "pruned", "reused", "reused"]
@@ -376,3 +379,31 @@ def test_public_names_have_docstrings(module):
             continue
         if obj.__module__ == module.__name__:
             assert obj.__doc__ and obj.__doc__.strip(), f"{module.__name__}.{name}"
+
+
+def test_prune_reads_the_selection_side_where_a_run_has_one(tmp_path):
+    """A run's test-side curve is what tables report; pruning on it would let the reported
+    questions choose. A run that falls 5 points on the test side but not on the selection side
+    is not pruned; one that falls on the selection side is, and the reason names the side."""
+
+    def finished(index, test, selection):
+        workdir = tmp_path / f"{index:03d}"
+        workdir.mkdir()
+        rows = [
+            {"step": s, "eval/accuracy": t, "eval/selection/accuracy": v}
+            for s, (t, v) in enumerate(zip(test, selection, strict=True))
+        ]
+        (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (workdir / "summary.json").write_text('{"steps": 1}')
+        overrides = {"optimizer.learning_rate": 10.0**-index, "seed": 0}
+        return launch_plan.Trial(index, f"{index:03d}", overrides, str(workdir), ("true",), 1)
+
+    falls, steady = [0.10, 0.30, 0.25], [0.10, 0.30, 0.29]
+    test_falls, selection_falls = finished(1, falls, steady), finished(2, steady, falls)
+    later = [
+        launch_plan.Trial(i + 2, f"{i + 2:03d}", {**t.overrides, "seed": 1}, "", ("true",), 1)
+        for i, t in enumerate((test_falls, selection_falls), start=1)
+    ]
+    skip = launch_prune.setting_pruner([test_falls, selection_falls, *later], max_drop=3.0)
+    assert skip(later[0]) is None
+    assert skip(later[1]) == "002 ended 5.0 points below its best on the selection side (> 3)"
