@@ -449,7 +449,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         # a test or selection side too small for eval_size stops the run here, before the
         # model loads
         task_pool(config.task, side="test")
-        task_pool(config.task, side="selection")
+        if config.eval.get("selection", False):
+            task_pool(config.task, side="selection")
     for name in eval_task_names(config):
         resolve_task(name)
         task_pool(config.task, side="test", name=name)  # enough test problems
