@@ -56,6 +56,12 @@ _SLOTS = flags.DEFINE_integer("num_slots", 50, "Rows decoded together.")
 _ADVERSARIAL = flags.DEFINE_bool("adversarial", False, "Add the adversarial arithmetic evaluation.")
 _ADVERSARIAL_SIZE = flags.DEFINE_integer("adversarial_size", 200, "Adversarial problems.")
 _OUT = flags.DEFINE_string("out", None, "Output directory (see the module docstring).")
+_IMPORTS = flags.DEFINE_multi_string(
+    "import",
+    [],
+    "A module or .py file registering tasks, scorers or algorithms, imported first; repeatable "
+    "(a run's own imports.json is imported with --workdir).",
+)
 _SCORER = flags.DEFINE_string(
     "scorer",
     None,
@@ -82,6 +88,9 @@ def _policy():
             )
         workdir, step = os.path.dirname(head), int(name)
     if workdir is not None:
+        from jaxrl_llm.user_imports import import_all, recorded_imports
+
+        import_all(recorded_imports(workdir))  # the run's --import modules (its task, scorer)
         restored = restore_policy(workdir, step)
         parts = restored.parts
         return (
@@ -206,6 +215,18 @@ def main(argv):
     print(f"[jaxrl_llm] results in {out} ({report['seconds']:.0f}s)")
 
 
+def _parse_flags(argv):
+    """absl flag parsing after importing the `--import` modules (one line if one fails)."""
+    from jaxrl_llm.user_imports import import_from_argv
+
+    try:
+        import_from_argv(argv)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return flags.FLAGS(argv)
+
+
 def cli():
     """Console entry point (`jaxrl-llm-evaluate`)."""
 
@@ -216,7 +237,7 @@ def cli():
             print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
             sys.exit(1)
 
-    app.run(run)
+    app.run(run, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

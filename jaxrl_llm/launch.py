@@ -144,6 +144,7 @@ def launch(
     prune_entropy_max: float | None = None,
     prune_across: Sequence[str] = ("task.",),
     only: Sequence[int] | None = None,
+    imports: Sequence[str] = (),
     log: Callable[[str], None] = print,
 ) -> list[TrialResult]:
     """Plans, runs and summarises a sweep (see the module docstring for the layout); with
@@ -166,6 +167,7 @@ def launch(
         gin_files=gin_files,
         gin_bindings=gin_bindings,
         python=python,
+        imports=imports,
     )
     skip = None
     if prune_drop is not None or prune_entropy is not None or prune_entropy_max is not None:
@@ -262,6 +264,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--gin_bindings", action="append", default=[], help="gin binding for every trial"
     )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module or .py file registering what the config names (a task, reward, scorer, "
+        "algorithm); imported here and by every trial; repeatable",
+    )
     parser.add_argument("--launcher", choices=("local", "xmanager"), default="local")
     parser.add_argument(
         "--python", default=None, help="interpreter of the trials (default: this one)"
@@ -329,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 gin_files=args.gin_file,
                 gin_bindings=args.gin_bindings,
                 python=args.python,
+                imports=args.imports,
             ):
                 print(f"{t.name}: {shlex.join(t.argv)}")
             return 0
@@ -348,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prune_entropy_max=args.prune_entropy_max,
             prune_across=tuple(filter(None, args.prune_across.split(","))),
             only=None if args.only is None else sweeps_lib.parse_int_list(args.only, flag="--only"),
+            imports=args.imports,
         )
     except (FileNotFoundError, AttributeError, TypeError, ValueError, KeyError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxrl_llm import sweeps as sweeps_lib
+from jaxrl_llm.user_imports import import_all
 
 __all__ = [
     "Trial",
@@ -81,8 +82,10 @@ def trial_command(
     gin_files: Sequence[str] = (),
     gin_bindings: Sequence[str] = (),
     python: str | None = None,
+    imports: Sequence[str] = (),
 ) -> list[str]:
-    """The `python -m jaxrl_llm.main` command line of one trial (shared gin first, trial's after)."""
+    """The `python -m jaxrl_llm.main` command line of one trial (shared gin first, trial's after;
+    `imports`: `--import` modules, before the config)."""
     config_overrides, trial_bindings = sweeps_lib.split(overrides)
     if python and os.sep in python:
         python = os.path.abspath(python)  # trials may start elsewhere (XManager's shell)
@@ -90,6 +93,7 @@ def trial_command(
         python or sys.executable,
         "-m",
         "jaxrl_llm.main",
+        *[f"--import={name}" for name in imports],
         "--config",
         os.path.abspath(config_path),
     ]
@@ -109,6 +113,7 @@ def plan(
     gin_files: Sequence[str] = (),
     gin_bindings: Sequence[str] = (),
     python: str | None = None,
+    imports: Sequence[str] = (),
 ) -> list[Trial]:
     """Validates every trial's config and lays the sweep out under `sweep_dir`.
 
@@ -119,10 +124,13 @@ def plan(
       base: config overrides shared by all trials (a trial's own value wins).
       gin_files, gin_bindings: gin configuration shared by all trials.
       python: the interpreter that runs trials (default: this one).
+      imports: `--import` modules every trial imports first (imported here too, before the
+        trials' configs are checked: `jaxrl_llm.user_imports`).
 
     Returns:
       The trials, in sweep order.
     """
+    imports = import_all(imports)
     base = dict(base or {})
     configs = sweeps_lib.check_trials(config_path, trials, base)
     planned = []
@@ -137,6 +145,7 @@ def plan(
             gin_files=gin_files,
             gin_bindings=gin_bindings,
             python=python,
+            imports=imports,
         )
         planned.append(
             Trial(i, name, dict(overrides), workdir, tuple(argv), config.train.num_steps)

@@ -2,6 +2,8 @@
 
 `--gin_file F.gin` and `--gin_bindings 'loss.clip_low = 0.1'` (both repeatable) set config fields
 through `jaxrl_llm.gin_bindings`; a binding wins over the config file and `--config.*` flags.
+`--import MODULE` (repeatable) imports a researcher's module first (`jaxrl_llm.user_imports`);
+the run records it, so a resume, `evaluate --workdir` and sweeps import it again.
 
 Parses flags, validates the config once (`validate_stage`) and calls
 `jaxrl_llm.runners.run_stage(config, workdir)`, which does not check it again; nothing else
@@ -23,6 +25,12 @@ _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (checkpoints, metrics); resumes if it has a checkpoint."
 )
 _NO_PROGRESS = flags.DEFINE_bool("no_progress", False, "Hide the progress bar.")
+_IMPORTS = flags.DEFINE_multi_string(
+    "import",
+    [],
+    "A module (dotted name) or .py file that registers tasks, rewards, scorers or algorithms, "
+    "imported before the config loads; repeatable. The run records it (imports.json).",
+)
 _DEBUG = flags.DEFINE_bool(
     "debug", False, "Show the Python traceback of an error instead of one line."
 )
@@ -61,6 +69,10 @@ def main(argv):
     if config is None or _WORKDIR.value is None:
         raise app.UsageError("--config and --workdir are required.")
     try:
+        from jaxrl_llm.user_imports import import_all, record_imports, recorded_imports
+
+        # a resumed run's own imports first (the new flags were imported while parsing)
+        imports = import_all([*recorded_imports(_WORKDIR.value), *_IMPORTS.value])
         gin_text = _parse_gin(_GIN_FILES.value, _GIN_BINDINGS.value)
         if gin_text:
             from jaxrl_llm import gin_bindings
@@ -70,6 +82,7 @@ def main(argv):
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    record_imports(_WORKDIR.value, imports)
     if gin_text:
         # gin bindings win over the config fields they shadow; keep them next to config.json.
         os.makedirs(_WORKDIR.value, exist_ok=True)
@@ -103,7 +116,15 @@ def _parse_gin(gin_files, gin_bindings) -> str:
 
 
 def _parse_flags(argv):
-    """absl flag parsing with a one-line error (and close matches) for an unknown config key."""
+    """absl flag parsing with a one-line error (and close matches) for an unknown config key;
+    the `--import` modules are imported first, so the config file may use what they register."""
+    from jaxrl_llm.user_imports import import_from_argv
+
+    try:
+        import_from_argv(argv)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     try:
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as e:

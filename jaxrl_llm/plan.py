@@ -46,6 +46,9 @@ _CACHE_DIR = flags.DEFINE_string(
     "Where compiled reports are cached; empty to disable.",
 )
 _OUT = flags.DEFINE_string("out", None, "Directory for plan.md, plans.json, placement.json.")
+_IMPORTS = flags.DEFINE_multi_string(
+    "import", [], "A module or .py file registering what the config names, imported first."
+)
 _SAVE_EXECUTABLES = flags.DEFINE_bool(
     "save_executables",
     False,
@@ -245,9 +248,21 @@ def _plan_json(plan) -> dict:
     }
 
 
+def _parse_flags(argv):
+    """The known flags, after importing the `--import` modules (one line if one fails)."""
+    from jaxrl_llm.user_imports import import_from_argv
+
+    try:
+        import_from_argv(argv)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return flags.FLAGS(argv, known_only=True) or argv
+
+
 def cli():
     """Console entry point."""
-    app.run(main, flags_parser=lambda argv: flags.FLAGS(argv, known_only=True) or argv)
+    app.run(main, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":
