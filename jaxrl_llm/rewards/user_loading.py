@@ -10,13 +10,8 @@ Example:
 from __future__ import annotations
 
 import difflib
-import hashlib
-import importlib
-import importlib.util
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType
 
 from jaxrl_llm.data import Example
 from jaxrl_llm.rewards.user import (
@@ -25,6 +20,7 @@ from jaxrl_llm.rewards.user import (
     example_columns,
     function_name,
 )
+from jaxrl_llm.user_imports import import_module_or_file
 
 __all__ = [
     "UserRewardFns",
@@ -87,39 +83,15 @@ def parse_function_weights(text: str, count: int, *, field: str = WEIGHTS_FIELD)
     return weights
 
 
-def _import_file(path: str, spec: str, field: str) -> ModuleType:
-    """The module of a .py file, imported once per resolved path (kept in `sys.modules`)."""
-    full = os.path.realpath(path)
-    stem = os.path.splitext(os.path.basename(full))[0]
-    name = f"jaxrl_llm_user_rewards.{stem}_{hashlib.sha1(full.encode()).hexdigest()[:8]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    module_spec = importlib.util.spec_from_file_location(name, full)
-    if module_spec is None or module_spec.loader is None:
-        raise RewardFunctionError(
-            f"{field}: {spec!r}: {path} is not a Python file: name a .py file."
-        )
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[name]
-        raise RewardFunctionError(
-            f"{field}: {spec!r}: importing {path} raised {type(e).__name__}: "
-            f"{' '.join(str(e).split())}: fix that file."
-        ) from e
-    return module
-
-
 def load_reward_function(spec: str, *, field: str = FUNCTIONS_FIELD) -> Callable:
     """The function named by "package.module:function" or "path/to/file.py:function" (a path
-    relative to the working directory, or absolute).
+    relative to the working directory, or absolute), imported as `--import` does
+    (`jaxrl_llm.user_imports.import_module_or_file`).
 
     Raises:
-      RewardFunctionError: one line naming `field`, the entry and the fix: the module does not
-        import (with its error), the file does not exist, the name is not in the module or is
-        not callable.
+      ValueError: one line naming `field`, the entry and the fix: the module does not import
+        (with its error), the file does not exist (`import_module_or_file`'s); a
+        `RewardFunctionError` when the name is not in the module or is not callable.
 
     Example:
       >>> load_reward_function("my_rewards:brevity")
@@ -127,22 +99,12 @@ def load_reward_function(spec: str, *, field: str = FUNCTIONS_FIELD) -> Callable
     """
     (spec,) = parse_function_specs(spec, field=field)
     target, _, attr = spec.rpartition(":")
-    if target.endswith(".py") or os.sep in target or "/" in target:
-        if not os.path.isfile(target):
-            raise RewardFunctionError(
-                f"{field}: {spec!r}: there is no file {target} (looked in {os.getcwd()}): "
-                "give an existing .py file, absolute or relative to the working directory."
-            )
-        module = _import_file(target, spec, field)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except Exception as e:
-            raise RewardFunctionError(
-                f"{field}: {spec!r}: module {target!r} does not import ({type(e).__name__}: "
-                f"{' '.join(str(e).split())}): put its folder on PYTHONPATH, or name its file "
-                f"as 'path/to/{target.rsplit('.', 1)[-1]}.py:{attr}'."
-            ) from e
+    if not target.endswith(".py") and ("/" in target or os.sep in target):
+        raise RewardFunctionError(
+            f"{field}: {spec!r}: {target} is a path but not a .py file: name the file "
+            f"'{target}.py:{attr}' or the module 'package.module:{attr}'."
+        )
+    module = import_module_or_file(target, flag=f"{field}: {spec!r}: module")
     if not hasattr(module, attr):
         names = [n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n])]
         close = difflib.get_close_matches(attr, names, 1)

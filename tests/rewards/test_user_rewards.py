@@ -67,6 +67,12 @@ def says_answer(prompts, completions, answer, **columns):
     return [float(a in c) for c, a in zip(completions, answer, strict=True)]
 
 
+SAYS_ANSWER_SOURCE = """
+def says_answer(prompts, completions, answer):
+    return [0.0] * len(completions)
+"""
+
+
 def short(prompts, completions):
     """1 for completions under 5 characters."""
     return [float(len(c) < 5) for c in completions]
@@ -163,10 +169,13 @@ def test_build_rewards_reads_config_entries_then_python_callables(module, tmp_pa
     assert list(build_rewards(config_for("grpo")).functions) == ["task"]
 
 
-def test_a_file_is_imported_once():
-    first = load_reward_function(f"{__file__}:says_answer")
-    assert load_reward_function(f"{__file__}:says_answer") is first
-    assert first([""], ["5"], answer=["5"]) == [1.0]
+def test_a_file_is_imported_once(tmp_path):
+    (tmp_path / "once_rewards.py").write_text(
+        "CALLS = []\nCALLS.append(1)\ndef ok(prompts, completions):\n    return [1.0] * len(completions)\n"
+    )
+    first = load_reward_function(f"{tmp_path}/once_rewards.py:ok")
+    assert load_reward_function(f"{tmp_path}/once_rewards.py:ok") is first
+    assert first([""], ["5"]) == [1.0] and sys.modules["once_rewards"].CALLS == [1]
 
 
 # ---- the skip and stop policies ---------------------------------------------------------------
@@ -320,29 +329,30 @@ def test_a_per_sample_reward_is_told_apart():
 
 def test_a_module_that_does_not_import_is_named_with_its_error(module):
     name = module("import a_package_that_is_not_installed_xyz\n")
-    with pytest.raises(RewardFunctionError) as e:
+    with pytest.raises(ValueError) as e:
         user_rewards(f"{name}:fn")
     assert_one_line(
         e,
-        f"config.rewards.functions: '{name}:fn': module '{name}' does not import",
+        f"config.rewards.functions: '{name}:fn': module '{name}' failed",
         "ModuleNotFoundError: No module named 'a_package_that_is_not_installed_xyz'",
         "PYTHONPATH",
     )
-    with pytest.raises(RewardFunctionError) as e:
+    with pytest.raises(ValueError) as e:
         user_rewards("no_such_module_xyz.rewards:fn")
-    assert_one_line(
-        e, "module 'no_such_module_xyz.rewards' does not import", "'path/to/rewards.py:fn'"
-    )
+    assert_one_line(e, "module 'no_such_module_xyz.rewards' failed", "No module named")
+    with pytest.raises(RewardFunctionError) as e:
+        user_rewards("rewards/mine:fn")
+    assert_one_line(e, "rewards/mine is a path but not a .py file", "'rewards/mine.py:fn'")
 
 
 def test_a_file_that_is_missing_or_fails_is_named(tmp_path):
-    with pytest.raises(RewardFunctionError) as e:
+    with pytest.raises(ValueError) as e:
         user_rewards(f"{tmp_path}/nope.py:fn")
-    assert_one_line(e, f"there is no file {tmp_path}/nope.py", "give an existing .py file")
-    (tmp_path / "broken.py").write_text("x = 1 / 0\n")
-    with pytest.raises(RewardFunctionError) as e:
-        user_rewards(f"{tmp_path}/broken.py:fn")
-    assert_one_line(e, "broken.py raised ZeroDivisionError: division by zero", "fix that file")
+    assert_one_line(e, f"FileNotFoundError: no such file: {tmp_path}/nope.py")
+    (tmp_path / "broken_rewards.py").write_text("x = 1 / 0\n")
+    with pytest.raises(ValueError) as e:
+        user_rewards(f"{tmp_path}/broken_rewards.py:fn")
+    assert_one_line(e, "broken_rewards.py' failed: ZeroDivisionError: division by zero")
 
 
 def test_a_name_not_in_the_module_or_not_callable(module):
@@ -385,7 +395,7 @@ def test_bad_fields_are_refused_by_validation(overrides, message):
     assert_one_line(e, message)
 
 
-def test_bad_names_and_shapes_of_callables():
+def test_bad_names_and_shapes_of_callables(module):
     with pytest.raises(RewardFunctionError) as e:
         user_rewards("", "", [lambda p, c: [0.0]])
     assert_one_line(e, "would be logged as reward/<lambda>", "pass {name: fn}")
@@ -400,7 +410,7 @@ def test_bad_names_and_shapes_of_callables():
         user_rewards("", "", {"a": says_answer, "b": says_answer, "c": 3})
     assert_one_line(e, "reward 'c' is a int, not a function")
     with pytest.raises(RewardFunctionError) as e:
-        user_rewards(f"{__file__}:says_answer", "", [says_answer])
+        user_rewards(f"{module(SAYS_ANSWER_SOURCE)}:says_answer", "", [says_answer])
     assert_one_line(e, "two reward functions are named 'says_answer'", "rename one")
     with pytest.raises(RewardFunctionError) as e:
         user_rewards("", "1,2", [says_answer])
