@@ -1,5 +1,7 @@
-"""PPO end to end on the tiny model: the critic trains beside the actor, its state is
-checkpointed, a resumed run repeats the uninterrupted one, and critic warm-up freezes the actor."""
+"""PPO end to end on the tiny model: the critic trains beside the actor, its state (and a moving
+reference's) is checkpointed, a resumed run repeats the uninterrupted one, critic warm-up
+freezes the actor, and value pretraining runs before the first step without changing its
+samples."""
 
 import numpy as np
 import pytest
@@ -32,10 +34,12 @@ def _rows(workdir):
 
 @pytest.mark.slow  # default coverage: faults/test_faults.py::test_corrupt_newest_checkpoint_is_moved_aside_and_the_run_finishes[ppo]
 def test_ppo_resume_repeats_the_uninterrupted_run(tmp_path):
-    summary = train(_config(3, **{"loss.kl_target": 0.01}), str(tmp_path / "a"), progress=False)
+    # the reference follows the policy: its moved weights are checkpointed too
+    shaping = {"loss.kl_target": 0.01, "reference.ema_decay": 0.5}
+    summary = train(_config(3, **shaping), str(tmp_path / "a"), progress=False)
     assert summary["algorithm"] == "ppo" and summary["steps"] == 3
-    train(_config(2, **{"loss.kl_target": 0.01}), str(tmp_path / "b"), progress=False)
-    train(_config(3, **{"loss.kl_target": 0.01}), str(tmp_path / "b"), progress=False)
+    train(_config(2, **shaping), str(tmp_path / "b"), progress=False)
+    train(_config(3, **shaping), str(tmp_path / "b"), progress=False)
     expected, got = _rows(tmp_path / "a"), _rows(tmp_path / "b")
     assert sorted(got) == sorted(expected) == [1, 2, 3]
     for key in ("critic/loss", "critic/grad_norm", "train/grad_norm", "algo/kl_coef", "algo/kl"):
