@@ -39,7 +39,7 @@ from jaxrl_llm.sharding import (
     param_shardings,
     reshard,
 )
-from jaxrl_llm.training import TrainState, make_accumulating_train_step, make_train_step
+from jaxrl_llm.training import TrainState, make_train_step
 from jaxrl_llm.training.train_step import LossFn
 
 
@@ -260,7 +260,7 @@ class Learner:
           batch: the minibatch, every array with its rows first.
           micro_weights: float [K] with K > 1: the update accumulates the gradients of K
             contiguous micro-batches of the rows, weighted so (`micro_batch_weights` in
-            `jaxrl_llm.algorithms.batch`), one after another (`make_accumulating_train_step`:
+            `jaxrl_llm.algorithms.batch`), one after another (`make_train_step(..., accumulate=True)`:
             the activations of one micro-batch at a time). None (or K = 1): the whole batch at
             once, through the planned executable when there is one.
         """
@@ -285,12 +285,13 @@ class Learner:
         """The jitted accumulating step of this learner (built once, on first use)."""
         if self._accumulating_step is None:
             replicated = NamedSharding(self.mesh, PartitionSpec())
-            self._accumulating_step = make_accumulating_train_step(
+            self._accumulating_step = make_train_step(
                 self.graphdef,
                 self._optimizer,
                 self._loss_fn,
                 out_shardings=(self.state_shardings, replicated),
                 dropout_seed=self._dropout_seed,
+                accumulate=True,
             )
         return self._accumulating_step
 

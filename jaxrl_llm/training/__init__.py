@@ -10,7 +10,6 @@ from jaxrl_llm.training.optimizer import (
 from jaxrl_llm.training.train_step import (
     TrainState,
     create_train_state,
-    make_accumulating_train_step,
     make_train_step,
 )
 
@@ -19,7 +18,6 @@ __all__ = [
     "check_update_precision",
     "create_train_state",
     "learning_rate_schedule",
-    "make_accumulating_train_step",
     "make_optimizer",
     "make_train_step",
     "sequence_logprobs",

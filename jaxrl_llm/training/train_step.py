@@ -11,7 +11,7 @@ bfloat16 as it starts (`jaxrl_llm.models.precision`); updates are applied in flo
 A step whose loss or gradients are not finite leaves parameters and optimizer state unchanged and
 reports `metrics["nonfinite"] = 1`; the runner counts those and stops after K in a row.
 
-`make_accumulating_train_step` makes one update from K micro-batches of a batch (gradient
+`make_train_step(..., accumulate=True)` makes one update from K micro-batches of a batch (gradient
 accumulation): the micro-batches run one after another in a `lax.scan`, so only one holds
 activations at a time, and their weighted gradients add up to the whole batch's (see its
 docstring for the weights that make that exact).
@@ -65,8 +65,25 @@ def make_train_step(
     donate: bool = True,
     out_shardings: Any = None,
     dropout_seed: int = 0,
+    accumulate: bool = False,
 ) -> Callable[..., tuple[TrainState, dict[str, Array]]]:
     """Builds the jitted update `step(state, batch) -> (state, metrics)`.
+
+    With `accumulate`, the update `step(state, batch, weights_k, frozen=None)` accumulates the
+    gradients of K micro-batches (gradient accumulation). Every array of the batch has its M
+    rows first; they are cut into K contiguous micro-batches of M / K rows (K the length of
+    `weights_k`, which must divide M; the cut of `split_minibatches`), run one after another
+    in a `lax.scan`, and micro-batch k's loss, gradient and metrics weighted by `weights_k[k]`:
+
+        g = sum_k w_k grad L_k,        L = sum_k w_k L_k,        metrics = sum_k w_k metrics_k
+
+    When each L_k is a ratio total_k / count_k whose count does not depend on the parameters
+    (every `jaxrl_llm.losses.aggregate` mode) and w_k = count_k / sum_j count_j, w_k L_k =
+    total_k / sum_j count_j: L and g are exactly the whole batch's loss and gradient (the
+    token-mean over all tokens, not a mean of per-micro-batch means; `micro_batch_weights` in
+    `jaxrl_llm.algorithms.batch` computes those w). Token-mean metrics are then exact too,
+    others weighted averages. LoRA dropout draws micro-batch k's masks from fold_in(the
+    update's key, k).
 
     Args:
       graphdef: the model's static graph from `create_train_state`.
@@ -77,11 +94,13 @@ def make_train_step(
         state keeps the layout of the old one on a mesh (one compiled step per batch shape).
       dropout_seed: LoRA adapters with dropout draw their masks from
         fold_in(key(dropout_seed), state.step): another mask each update, the same on a resume.
+      accumulate: build the accumulating step (float32 [K] `weights_k` after the batch).
 
     Returns:
-      The jitted `step(state, batch, frozen=None)`; `frozen` is the `nnx.State` of parameters
-      that do not train (a LoRA model's base weights), merged with `state.params` and never
-      donated. Metrics gain "loss", "grad_norm", "nonfinite" (0/1) and "learning_step".
+      The jitted `step(state, batch, frozen=None)` (with `accumulate`, `step(state, batch,
+      weights_k, frozen=None)`); `frozen` is the `nnx.State` of parameters that do not train (a
+      LoRA model's base weights), merged with `state.params` and never donated. Metrics gain
+      "loss", "grad_norm", "nonfinite" (0/1) and "learning_step".
     """
 
     def step(state: TrainState, batch, frozen=None) -> tuple[TrainState, dict[str, Array]]:
@@ -90,43 +109,9 @@ def make_train_step(
         (loss, metrics), grads = loss_and_grad(state.params, batch, key)
         return _apply_update(optimizer, state, grads, loss, metrics)
 
-    return _jit(step, donate, out_shardings)
-
-
-def make_accumulating_train_step(
-    graphdef: nnx.GraphDef,
-    optimizer: optax.GradientTransformation,
-    loss_fn: LossFn,
-    *,
-    donate: bool = True,
-    out_shardings: Any = None,
-    dropout_seed: int = 0,
-) -> Callable[..., tuple[TrainState, dict[str, Array]]]:
-    """Builds the jitted update `step(state, batch, weights_k, frozen=None)` that accumulates
-    the gradients of K micro-batches into one optimizer update.
-
-    Every array of the batch has its M rows first; they are cut into K contiguous micro-batches of M / K rows (K is the length
-    of `weights_k`, M must divide by it; the cut of `split_minibatches`); micro-batch k's loss
-    and gradient are weighted by `weights_k[k]` and summed, then applied once:
-
-        g = sum_k w_k grad L_k,        L = sum_k w_k L_k,        metrics = sum_k w_k metrics_k
-
-    When each L_k is a ratio total_k / count_k whose count does not depend on the parameters
-    (every `jaxrl_llm.losses.aggregate` mode) and w_k = count_k / sum_j count_j, w_k L_k =
-    total_k / sum_j count_j: L and g are exactly the whole batch's loss and gradient (the
-    token-mean over all tokens, not a mean of per-micro-batch means; `micro_batch_weights`
-    computes those w). Token-mean metrics are then exact too; others are weighted averages.
-    LoRA dropout draws micro-batch k's masks from fold_in(the update's key, k).
-
-    Args:
-      graphdef, optimizer, loss_fn, donate, out_shardings, dropout_seed: as `make_train_step`.
-
-    Returns:
-      The jitted `step(state, batch, weights_k, frozen=None)`: `weights_k` float32 [K].
-    """
-
-    def step(state: TrainState, batch, weights_k, frozen=None):
+    def accumulating_step(state: TrainState, batch, weights_k, frozen=None):
         num_micro = weights_k.shape[0]
+        weights_k = weights_k.astype(jnp.float32)
         key = jax.random.fold_in(jax.random.key(dropout_seed), state.step)
         loss_and_grad = _loss_and_grad(graphdef, loss_fn, frozen)
         micro_kb = jax.tree.map(lambda x: x.reshape(num_micro, -1, *x.shape[1:]), batch)
@@ -140,14 +125,17 @@ def make_accumulating_train_step(
             return grads_sum, (loss, metrics)
 
         zeros = jax.tree.map(jnp.zeros_like, state.params)
-        weights_k = weights_k.astype(jnp.float32)
         inputs = (micro_kb, weights_k, jnp.arange(num_micro))
         grads, (loss_k, metrics_k) = jax.lax.scan(one_micro, zeros, inputs)
         weighted = lambda x: jnp.tensordot(weights_k, x.astype(jnp.float32), axes=1)
         loss, metrics = weighted(loss_k), jax.tree.map(weighted, metrics_k)
         return _apply_update(optimizer, state, grads, loss, metrics)
 
-    return _jit(step, donate, out_shardings)
+    step_fn = accumulating_step if accumulate else step
+    donate_argnums = (0,) if donate else ()
+    if out_shardings is None:
+        return jax.jit(step_fn, donate_argnums=donate_argnums)
+    return jax.jit(step_fn, donate_argnums=donate_argnums, out_shardings=out_shardings)
 
 
 def _loss_and_grad(graphdef, loss_fn: LossFn, frozen):
@@ -187,10 +175,3 @@ def _apply_update(optimizer, state: TrainState, grads, loss, metrics):
         learning_step=new_state.step.astype(jnp.float32),
     )
     return new_state, metrics
-
-
-def _jit(step, donate: bool, out_shardings):
-    donate_argnums = (0,) if donate else ()
-    if out_shardings is None:
-        return jax.jit(step, donate_argnums=donate_argnums)
-    return jax.jit(step, donate_argnums=donate_argnums, out_shardings=out_shardings)

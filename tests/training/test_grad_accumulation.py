@@ -19,7 +19,7 @@ from jaxrl_llm.algorithms.policy_loss import PolicyLossConfig, policy_loss
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.roles import Learner
 from jaxrl_llm.sharding import make_mesh
-from jaxrl_llm.training import create_train_state, make_accumulating_train_step, make_train_step
+from jaxrl_llm.training import create_train_state, make_train_step
 
 T = 8
 
@@ -60,7 +60,7 @@ def test_accumulated_update_equals_the_whole_batch_update(agg):
     graphdef, state = create_train_state(init_model(tiny_config(), seed=0), optimizer)
     loss_fn = _loss(agg)
     whole = make_train_step(graphdef, optimizer, loss_fn, donate=False)
-    accumulating = make_accumulating_train_step(graphdef, optimizer, loss_fn, donate=False)
+    accumulating = make_train_step(graphdef, optimizer, loss_fn, donate=False, accumulate=True)
     whole_state, whole_metrics = whole(state, batch)
     acc_state, acc_metrics = accumulating(state, batch, jnp.asarray(got_weights))
     for key in ("loss", "pg_loss", "grad_norm"):
