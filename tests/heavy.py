@@ -16,11 +16,13 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # with its resume (tests/runners/test_grpo_run.py), the PRM stage
     # (test_process_reward_model_run.py::test_the_stage_labels_steps_by_monte_carlo_and_trains),
     # the quickstart notebook (test_notebooks.py::test_01_quickstart_tiny), the labelling
-    # journal's replay on a stand-in decode (test_sample_journal.py) and each runner's and
-    # algorithm's unit tests on hand-made arrays.
+    # journal's replay on a stand-in decode (test_sample_journal.py), a user's data's sets
+    # and batches (test_user_data_run.py::test_eval_sets_batches_and_reward_columns_come...)
+    # and each runner's and algorithm's unit tests on hand-made arrays.
     "whole runs": (
         "tests/algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration",
         "tests/benchmarks/test_time_to_accuracy.py::test_our_side_gives_a_curve",
+        "tests/data/test_user_data_run.py::test_tiny_grpo_run_trains_and_evaluates_on_user",
         "tests/envs/test_episode_runner.py::test_episode_run_trains_and_resumes[multi_if_tiny]",
         "tests/envs/test_episode_runner.py::test_episodes_run_asynchronously_within_the_staleness",
         "tests/evals/test_suite.py::test_robustness_runs_end_to_end",
