@@ -115,6 +115,14 @@ def ab(base_dir: str, calls: int, *, turn: int = 5) -> None:
             print(f"| {mechanism} | {name} | {len(ms)} | {np.median(ms):.1f} | "
                   f"{np.percentile(ms, 90):.1f} | {cpu.mean():.1f} | "
                   f"{np.median(ms) / base:.3f} |")  # fmt: skip
+    for mechanism in mechanisms:  # turn by turn: each new turn against the base turn beside it
+        turns = {n: np.asarray(results[mechanism, n]["ms"]).reshape(-1, turn) for n in sides}
+        ratios = np.median(turns["new"], axis=1) / np.median(turns["base"], axis=1)
+        low, mid, high = np.percentile(ratios, [25, 50, 75])
+        print(
+            f"# {mechanism}: new / base turn by turn, median {mid:.3f} "
+            f"(quartiles {low:.3f}, {high:.3f}) over {len(ratios)} turns"
+        )
 
 
 def main():
