@@ -1,5 +1,5 @@
 """Hostile model code against the Python sandbox, the classes of a red-team pass as root after
-tests/envs/test_sandbox_hostile.py's held (issue 77): socket families a network namespace does
+tests/envs/test_sandbox_hostile.py's held: socket families a network namespace does
 not cut (AF_VSOCK), threads and kernel buffers the watchdog did not count, the code left on the
 host by a killed library process, host paths shown inside, inotify on the shared read-only
 trees, control bytes in the output. Each runs under every mechanism this machine has; after the
