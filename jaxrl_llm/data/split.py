@@ -178,9 +178,9 @@ class SideIndex:
       size_field: the config field the error tells the user to lower.
 
     Raises:
-      ValueError (on the first position that cannot be found, or from `resolve_all`): the side
-      holds fewer than `size` (distinct) questions among `max_candidates` candidates; the message
-      says how many it found and what to change.
+      ValueError: on the first position that cannot be found, or from `resolve_all`: the side
+        holds fewer than `size` (distinct) questions among `max_candidates` candidates; the
+        message says how many it found and what to change.
     """
 
     def __init__(
