@@ -32,7 +32,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.seed = 0
 
     c.model = ml_collections.ConfigDict()
-    # A registered name, a .gguf file or a Hugging Face directory.
+    # A registered name, a .gguf file, a Hugging Face directory, or a Hugging Face id
+    # ("owner/name[@revision]") read offline from the local hub cache (docs/models.md).
     c.model.name = "smollm2-135m-instruct"
     # The compute dtype, "float32" or "bfloat16": activations, the KV cache, the rollout's copy
     # of the weights (bfloat16 brings no speed on CPUs without native bf16).

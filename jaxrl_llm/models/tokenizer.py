@@ -382,6 +382,33 @@ class Tokenizer:
         return [ids for ids in map(self.encode, self.stop_texts()) if len(ids) > 1]
 
 
+def check_tokenizer_fits(tokenizer: Tokenizer, embedding_rows: int, *, where: str, fix: str):
+    """Refuses a tokenizer with ids the model has no embedding row for.
+
+    More rows than tokens is normal (Qwen2.5 pads its 151,665 tokens to 151,936 rows for
+    efficient matmuls; the extra rows are never produced by the tokenizer); fewer would make
+    the embedding look-up of the highest ids read out of range.
+
+    Args:
+      tokenizer: the tokenizer loaded or saved beside the model.
+      embedding_rows: the model's vocabulary size (rows of its embedding, `[V, D]`).
+      where: the file, directory or function, for the message.
+      fix: what to do about it, for the message.
+
+    Raises:
+      ValueError: the tokenizer's highest id + 1 exceeds `embedding_rows`; one line naming both
+        sizes and `fix`.
+    """
+    ids = tokenizer.backend.get_vocab(with_added_tokens=True).values()
+    tokens = max(ids, default=-1) + 1  # the ids a model must embed, gaps included
+    if tokens > embedding_rows:
+        raise ValueError(
+            f"{where}: the tokenizer has {tokens:,} tokens but the model's embedding has only "
+            f"{embedding_rows:,} rows (vocab_size), so ids {embedding_rows:,}-{tokens - 1:,} "
+            f"cannot be embedded (more rows than tokens is fine, fewer is not): {fix}."
+        )
+
+
 def _token_at(tokens: Sequence[str], i: int | None) -> str | None:
     """The GGUF vocabulary's token `i`, or None for an absent or out-of-range id."""
     return None if i is None or i >= len(tokens) else tokens[i]

@@ -59,8 +59,9 @@ GGUF_NAME = {
 }
 
 
-def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
-    """Writes a tiny llama GGUF as llama.cpp's converter would; returns the dequantised HF tensors."""
+def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None, embedding_rows=None):
+    """Writes a tiny llama GGUF as llama.cpp's converter would; returns the dequantised HF tensors.
+    `embedding_rows`: the vocab_size and embedding rows (default: the token list's length)."""
     write_tiny_tokenizer(str(tmp_path / "tok"), V)
     tok_json = json.load(open(tmp_path / "tok" / "tokenizer.json"))
     vocab = tok_json["model"]["vocab"]
@@ -79,7 +80,8 @@ def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
     w.add_rope_freq_base(5000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_context_length(128)
-    w.add_vocab_size(len(tokens))
+    rows = embedding_rows or len(tokens)
+    w.add_vocab_size(rows)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt2")
     w.add_token_list(tokens)
@@ -89,7 +91,7 @@ def write_tiny_gguf(path, tmp_path, *, weight_type=Q.Q8_0, override_type=None):
     w.add_eos_token_id(vocab["<|im_end|>"])
     w.add_chat_template(CHATML)
     expected = {}
-    for name, value in _random_hf_tensors(vocab=len(tokens)).items():
+    for name, value in _random_hf_tensors(vocab=rows).items():
         if name.startswith("model.layers."):
             _, _, i, suffix = name.split(".", 3)
             gname = f"blk.{i}.{GGUF_NAME[suffix]}"
@@ -178,6 +180,16 @@ def test_unsupported_tensor_type_is_named(tmp_path):
     w.close()
     with pytest.raises(ValueError, match=r"token_embd.weight.*IQ4_XS.*not supported"):
         load_gguf(str(path))
+
+
+def test_token_list_longer_than_the_embedding_is_refused(tmp_path):
+    write_tiny_gguf(tmp_path / "short.gguf", tmp_path, weight_type=Q.F32, embedding_rows=256)
+    with pytest.raises(
+        ValueError,
+        match=r"short.gguf: the tokenizer has 285 tokens but the "
+        r"model's embedding has only 256 rows",
+    ):
+        load_gguf(str(tmp_path / "short.gguf"))
 
 
 def test_missing_and_corrupt_files(tmp_path):

@@ -250,7 +250,7 @@ def test_save_hf_writes_merged_weights(tmp_path):
     from jaxrl_llm.models import Tokenizer
 
     tokenizer = Tokenizer.from_hf_directory(str(tmp_path / "tok"))
-    _, model = _adapted()
+    _, model = _adapted(vocab_size=tokenizer.vocab_size)  # every token embedded
     save_hf(model, tokenizer, str(tmp_path / "hf"))
     reloaded, _ = load_hf_directory(str(tmp_path / "hf"))
     assert not lora_lib.has_adapters(reloaded)

@@ -75,11 +75,13 @@ def test_report_command_writes_the_metric_table_difference_and_curve(tmp_path, c
         raw = make_run(tmp_path / "raw" / f"s{seed}", seed=seed, steps=10)
         add_metric(raw, "reward/process_steps", [3.0] * 5 + [6.0 + 0.1 * seed] * 5)
     out = tmp_path / "reports" / "prm"
-    status = report.main([
+    args = [
         f"success={tmp_path / 'success'}", f"raw={tmp_path / 'raw'}", "--against", "success",
         "--metric", "reward/process_steps", "--metric_window", "3", "--resamples", "300",
-        "--out", str(out),
-    ])  # fmt: skip
+    ]  # fmt: skip
+    assert report.main([*args, "--out", str(out) + "_md_only", "--no_plot"]) == 0
+    assert sorted(os.listdir(out.parent)) == ["prm_md_only.md"]  # no PNG of accuracy or metric
+    status = report.main([*args, "--out", str(out)])
     assert status == 0
     text = open(str(out) + ".md").read()
     rows = [line for line in text.splitlines() if line.startswith("| reward/process_steps |")]
@@ -94,6 +96,8 @@ def test_report_command_writes_the_metric_table_difference_and_curve(tmp_path, c
     mean, low, high = (float(x) for x in re.findall(r"[-+][\d.]+", cells["raw"][7]))
     assert mean == pytest.approx(3.0) and 2.8 <= low < 3.0 < high <= 3.2
     assert os.path.isfile(str(out) + "_reward_process_steps.png")
+    md_only = open(str(out) + "_md_only.md").read()
+    assert md_only.split("\n", 1)[1] == text.split("\n", 1)[1]  # the same but for the command
 
 
 def test_a_metric_no_run_logged_is_one_error_naming_the_close_ones(tmp_path, capsys):
