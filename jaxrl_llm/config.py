@@ -429,19 +429,31 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"{PREFIX_SHARING_MODES}."
         )
     from jaxrl_llm.data.presets import resolve_task, task_pool
-    from jaxrl_llm.data.split import check_held_out_fraction
+    from jaxrl_llm.data.split import (
+        DEFAULT_SELECTION_FRACTION,
+        check_side_fractions,
+        check_split_by,
+    )
     from jaxrl_llm.envs.config import validate_env_section
     from jaxrl_llm.envs.task_registry import has_own_data
 
     validate_env_section(config)
-    check_held_out_fraction(config.task.held_out_fraction, field="config.task.held_out_fraction")
+    check_side_fractions(
+        config.task.held_out_fraction,
+        config.task.get("selection_fraction", DEFAULT_SELECTION_FRACTION),
+        prefix="config.task.",
+    )
+    check_split_by(config.task.get("split_by", "problem"))
     if not has_own_data(config.env.name):  # else the episode task makes its examples
         resolve_task(config.task.name, config.task.kwargs.to_dict())  # names a bad task or field
-        # a held-out side too small for eval_size stops the run here, before the model loads
-        task_pool(config.task, side="held_out")
+        # a test or selection side too small for eval_size stops the run here, before the
+        # model loads
+        task_pool(config.task, side="test")
+        if config.eval.get("selection", False):
+            task_pool(config.task, side="selection")
     for name in eval_task_names(config):
         resolve_task(name)
-        task_pool(config.task, side="held_out", name=name)  # enough held-out questions
+        task_pool(config.task, side="test", name=name)  # enough test problems
     if config.eval.num_samples < 0 or (config.eval.num_samples and not config.eval.temperature > 0):
         raise ValueError(
             f"config.eval.num_samples={config.eval.num_samples} must be >= 0, and sampling needs "

@@ -5,7 +5,7 @@ source's own scorer to an extracted answer.
 
 Example:
   >>> from jaxrl_llm import data
-  >>> source = data.task_source("gcd", seed=0, size=1000, split="train")  # numbers up to 60
+  >>> source = data.task_source("gcd", seed=0, size=1000, split="train")  # numbers up to 67
   >>> batcher = data.PromptBatcher(source, batch_size=8, seed=0)
   >>> prompts = [data.render_prompt(tokenizer, ex.question) for ex in next(batcher)]
 """
@@ -21,6 +21,7 @@ from jaxrl_llm.data.presets import (
     task_pool,
     task_source,
 )
+from jaxrl_llm.data.problem_keys import problem_key_for, register_problem_key
 from jaxrl_llm.data.prompts import ChatTemplate, render_prompt
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, reasoning_gym_tasks
 from jaxrl_llm.data.scoring import (
@@ -32,7 +33,10 @@ from jaxrl_llm.data.scoring import (
 )
 from jaxrl_llm.data.split import (
     DEFAULT_HELD_OUT_FRACTION,
+    DEFAULT_SELECTION_FRACTION,
+    SIDES,
     SideIndex,
+    Sides,
     distinct_questions,
     normalize_question,
     partition,
@@ -43,6 +47,7 @@ from jaxrl_llm.data.tfds_source import JsonlPromptBuilder, TfdsSource
 __all__ = [
     "ChatTemplate",
     "DEFAULT_HELD_OUT_FRACTION",
+    "DEFAULT_SELECTION_FRACTION",
     "Example",
     "JsonlPromptBuilder",
     "JsonlRecord",
@@ -50,8 +55,10 @@ __all__ = [
     "PromptBatcher",
     "PromptSource",
     "ReasoningGymSource",
+    "SIDES",
     "Scorer",
     "SideIndex",
+    "Sides",
     "TaskPreset",
     "TfdsSource",
     "distinct_questions",
@@ -62,10 +69,12 @@ __all__ = [
     "normalize_question",
     "parse_math",
     "partition",
+    "problem_key_for",
     "question_id",
     "read_prompt_jsonl",
     "reasoning_gym_tasks",
     "register_preset",
+    "register_problem_key",
     "render_prompt",
     "resolve_task",
     "side_of",

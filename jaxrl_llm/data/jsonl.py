@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from jaxrl_llm.data import scoring
 from jaxrl_llm.data.example import Example
 from jaxrl_llm.data.split import (
     DEFAULT_HELD_OUT_FRACTION,
+    DEFAULT_SELECTION_FRACTION,
     check_side,
     duplicate_questions,
-    partition,
+    side_rows,
 )
 
 __all__ = [
@@ -175,9 +176,12 @@ class JsonlSource:
       question_key: field holding the question.
       answer_key: field holding the answer (GSM8K: reasoning, then "#### <answer>").
       name: the examples' `source`; defaults to the file name without extension.
-      split: None keeps every line; "train" or "held_out" keeps the lines whose question lies
-        on that side of the hash split (`jaxrl_llm.data.split.side_of`), in file order.
-      held_out_fraction: the split's held-out share.
+      split: None keeps every line; "train", "selection" or "test" ("held_out" is "test") keeps
+        the lines whose key lies on that side of the hash split (`jaxrl_llm.data.split.side_of`),
+        in file order.
+      held_out_fraction, selection_fraction: the test and selection sides' shares.
+      problem_key: a line's JSON object -> its problem key (`jaxrl_llm.data.problem_keys`);
+        None hashes the question text (a file has no canonical form of its own).
 
     Raises:
       ValueError: a question that repeats an earlier line's (both line numbers and the fix), or
@@ -199,6 +203,8 @@ class JsonlSource:
         name: str | None = None,
         split: str | None = None,
         held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+        selection_fraction: float = DEFAULT_SELECTION_FRACTION,
+        problem_key: Callable[[dict], str] | None = None,
     ):
         self.path = os.fspath(path)
         self.name = name or os.path.splitext(os.path.basename(self.path))[0]
@@ -208,17 +214,15 @@ class JsonlSource:
             self.path, [r.question for r in records], [r.line_number for r in records]
         )
         if split is not None:
-            check_side(split, field="JsonlSource split")
-            train, held_out = partition(
-                records, lambda r: r.question, held_out_fraction=held_out_fraction
+            side = check_side(split, field="JsonlSource split")
+            records = side_rows(
+                records,
+                (lambda r: r.question) if problem_key is None else (lambda r: problem_key(r.raw)),
+                side=side,
+                held_out_fraction=held_out_fraction,
+                selection_fraction=selection_fraction,
+                describe=self.path,
             )
-            records = train if split == "train" else held_out
-            if not records:
-                raise ValueError(
-                    f"{self.path}: no question of its {len(train) + len(held_out)} lies on the "
-                    f"{split} side of the hash split ({100 * held_out_fraction:g}% held out). Add "
-                    "examples, or change held_out_fraction (config.task.held_out_fraction)."
-                )
         self._records = records
 
     def __len__(self) -> int:

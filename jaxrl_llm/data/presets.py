@@ -3,13 +3,17 @@
 reasoning-gym's generators default to problems far beyond a 135M model (gcd of numbers up to 1000,
 products of five-digit numbers). A preset picks a size where a small instruction-tuned model
 starts between a few and about sixty percent, so RL has something to learn, and spares the user
-each generator's keyword names. Each preset's question space holds at least 2,000 questions, so
-its held-out side (10% by hash, `jaxrl_llm.data.split`) gives 200 distinct held-out questions
-(gcd up to 60: 346 of 3,600; lcm up to 50: 240 of 2,500; count_bits below 4096: 381 of 4,095;
-the earlier gcd up to 30, lcm up to 12 and count_bits below 32 held 900, 144 and 31 in all):
+each generator's keyword names. Each preset's problem space holds over 2,000 problems counted
+by problem key (`jaxrl_llm.data.problem_keys`: gcd(12, 18) and gcd(18, 12) are one), so its
+test and selection sides (10% each, by hash of the key; `jaxrl_llm.data.split`) give 200
+distinct problems each, with at least 10% to spare (gcd and lcm of two numbers up to 67: 2,278
+pairs, 239 test and 220 selection; simple_equations with numbers up to 28: 2,352 equations, 220
+and 260; count_bits below 4096: 415 and 425). Split by text, gcd up to 60 had looked big enough
+(3,600 questions), but by key it holds 1,830 problems and 189 test ones; lcm up to 50, 1,275;
+simple_equations up to 10, 300 (26 letters and three wordings made 21,000 texts of them):
 
     --config.task.name=gcd                                  # the "gcd" preset
-    --config.task.name=gcd --config.task.kwargs="{'max_value': 60}"   # the preset, one field changed
+    --config.task.name=gcd --config.task.kwargs="{'max_value': 90}"   # the preset, one field changed
 
 `resolve_task(name, overrides)` gives (reasoning-gym task, kwargs): the preset's kwargs updated
 with `overrides`; a reasoning-gym task without a preset runs with its generator's defaults plus
@@ -29,8 +33,13 @@ from typing import Any
 
 from reasoning_gym.factory import DATASETS
 
+from jaxrl_llm.data.problem_keys import problem_key_for
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, close_matches, task_fields
-from jaxrl_llm.data.split import DEFAULT_HELD_OUT_FRACTION
+from jaxrl_llm.data.split import (
+    DEFAULT_HELD_OUT_FRACTION,
+    DEFAULT_SELECTION_FRACTION,
+    check_side,
+)
 
 __all__ = [
     "PRESETS",
@@ -78,13 +87,13 @@ _PRESETS: dict[str, TaskPreset] = {
     ),
     "gcd": TaskPreset(
         "gcd",
-        dict(min_numbers=2, max_numbers=2, min_value=1, max_value=60),
-        "greatest common divisor of two numbers up to 60",
+        dict(min_numbers=2, max_numbers=2, min_value=1, max_value=67),
+        "greatest common divisor of two numbers up to 67",
     ),
     "lcm": TaskPreset(
         "lcm",
-        dict(min_numbers=2, max_numbers=2, min_value=1, max_value=50),
-        "least common multiple of two numbers up to 50",
+        dict(min_numbers=2, max_numbers=2, min_value=1, max_value=67),
+        "least common multiple of two numbers up to 67",
     ),
     "products": TaskPreset(
         "products",
@@ -115,11 +124,11 @@ _PRESETS: dict[str, TaskPreset] = {
             min_terms=2,
             max_terms=2,
             min_value=1,
-            max_value=10,
+            max_value=28,
             operators=("+", "-"),
             operators_weights=(0.5, 0.5),
         ),
-        "solve a one-step linear equation with small numbers",
+        "solve a one-step linear equation, numbers up to 28",
     ),
     "decimal_chain_sum": TaskPreset(
         "decimal_chain_sum",
@@ -230,6 +239,8 @@ def task_source(
     overrides: Mapping[str, Any] | None = None,
     split: str | None = None,
     held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+    selection_fraction: float = DEFAULT_SELECTION_FRACTION,
+    split_by: str = "problem",
     size_field: str = "size",
 ) -> ReasoningGymSource:
     """A `ReasoningGymSource` of `size` examples of preset or task `name` (see `resolve_task`).
@@ -237,13 +248,16 @@ def task_source(
     Args:
       name, overrides: as in `resolve_task`.
       seed, size: the generator's seed and the examples wanted.
-      split: None (every generated question), "train" or "held_out" (only that side of the hash
-        split, distinct questions on the held-out side; `jaxrl_llm.data.split`).
-      held_out_fraction: the split's held-out share.
+      split: None (every generated question), "train", "selection" or "test" ("held_out" is
+        "test"): only that side of the hash split, distinct problems on the selection and test
+        sides (`jaxrl_llm.data.split`).
+      held_out_fraction, selection_fraction: the test and selection sides' shares.
+      split_by: "problem" (the key of `problem_key_for(name)`, else of the preset's task) or
+        "text" (the question).
       size_field: the config field named when the side is too small (e.g. "config.task.eval_size").
 
     Example:
-      >>> task_source("gcd", seed=0, size=100, split="train")   # gcd of two numbers up to 60
+      >>> task_source("gcd", seed=0, size=100, split="train")   # gcd of two numbers up to 67
     """
     task, kwargs = resolve_task(name, overrides)
     return ReasoningGymSource(
@@ -252,6 +266,9 @@ def task_source(
         size=size,
         split=split,
         held_out_fraction=held_out_fraction,
+        selection_fraction=selection_fraction,
+        split_by=split_by,
+        problem_key=problem_key_for(name),
         size_field=size_field,
         **kwargs,
     )
@@ -266,38 +283,41 @@ def task_pool(
     size: int | None = None,
     eval_seed: int | None = None,
 ):
-    """One side of a run's task: its training pool or its held-out set (`config.task`).
+    """One side of a run's task: its training pool, its selection set or its test set.
 
     Args:
       task_section: a run config's `task` section (name, kwargs, train_size, eval_size,
-        eval_seed, held_out_fraction).
-      side: "train": `train_size` questions of the train side, drawn with `seed`; "held_out":
-        `eval_size` distinct questions of the held-out side, drawn with `eval_seed` (the same
-        set whatever the run's seed).
-      seed: the training pool's seed (the run's `config.seed`); unused for "held_out".
+        eval_seed, held_out_fraction, selection_fraction, split_by; a section written before
+        the last three existed gets their defaults).
+      side: "train": `train_size` problems of the train side, drawn with `seed`; "selection"
+        or "test" ("held_out" is "test"): `eval_size` distinct problems of that side, drawn
+        with `eval_seed` (the same set whatever the run's seed).
+      seed: the training pool's seed (the run's `config.seed`); unused for the other sides.
       name: another task than `task_section.name` (it then runs with its preset's fields).
-      size: questions wanted, instead of the section's `train_size` / `eval_size`.
-      eval_seed: the held-out draw's seed, instead of the section's `eval_seed`.
+      size: problems wanted, instead of the section's `train_size` / `eval_size`.
+      eval_seed: the evaluation draw's seed, instead of the section's `eval_seed`.
 
     Returns:
       A `ReasoningGymSource` on that side of the hash split (`jaxrl_llm.data.split`).
 
     Raises:
-      ValueError: the side holds too few questions (names `config.task.eval_size` or
+      ValueError: the side holds too few problems (names `config.task.eval_size` or
         `config.task.train_size`, how many exist and what to change).
 
     Example:
       >>> pool = task_pool(config.task, side="train", seed=config.seed)
-      >>> held_out = task_pool(config.task, side="held_out")
+      >>> selection = task_pool(config.task, side="selection")  # choosing recipes, pruning
+      >>> test = task_pool(config.task, side="test")            # reported figures
     """
     own = name is None or name == task_section.name
     kwargs = task_section.kwargs
     overrides = (kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs)) if own else None
-    held_out = side == "held_out"
-    if held_out:
+    side = check_side(side, field="task_pool side")
+    evaluated = side != "train"
+    if evaluated:
         seed = task_section.eval_seed if eval_seed is None else eval_seed
     if size is None:
-        size = task_section.eval_size if held_out else task_section.train_size
+        size = task_section.eval_size if evaluated else task_section.train_size
     return task_source(
         task_section.name if name is None else name,
         seed=seed,
@@ -305,5 +325,7 @@ def task_pool(
         overrides=overrides,
         split=side,
         held_out_fraction=task_section.get("held_out_fraction", DEFAULT_HELD_OUT_FRACTION),
-        size_field=f"config.task.{'eval_size' if held_out else 'train_size'}",
+        selection_fraction=task_section.get("selection_fraction", DEFAULT_SELECTION_FRACTION),
+        split_by=task_section.get("split_by", "problem"),
+        size_field=f"config.task.{'eval_size' if evaluated else 'train_size'}",
     )

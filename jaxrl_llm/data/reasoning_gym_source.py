@@ -2,15 +2,18 @@
 
 reasoning-gym (0.1.25 has 106 tasks) builds entry `i` of a dataset from `Random(seed + i)`, so
 `ReasoningGymSource(task, seed=s, size=n)[i]` is the same on every machine and every run. With
-`split="train"` or `split="held_out"` the source keeps only the questions on that side of the
-hash split (`jaxrl_llm.data.split`), so a training pool and a held-out set never share a
-question whatever their seeds and sizes; held-out sets also hold distinct questions.
+`split="train"`, "selection" or "test" the source keeps only the entries on that side of the
+hash split (`jaxrl_llm.data.split`), hashed by each entry's problem key
+(`jaxrl_llm.data.problem_keys`), so a training pool, a selection set and a test set never share
+a problem whatever their seeds and sizes; selection and test sets also hold distinct problems.
+A task without a key function is split by its question text, with one warning.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,9 +21,19 @@ import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from jaxrl_llm.data.example import Example
-from jaxrl_llm.data.split import DEFAULT_HELD_OUT_FRACTION, SideIndex
+from jaxrl_llm.data.problem_keys import ProblemKey, problem_key_for
+from jaxrl_llm.data.split import (
+    DEFAULT_HELD_OUT_FRACTION,
+    DEFAULT_SELECTION_FRACTION,
+    SideIndex,
+    check_side,
+    check_split_by,
+)
 
 __all__ = ["ReasoningGymSource", "reasoning_gym_tasks"]
+
+# Tasks already warned about splitting by question text (one line per task and process).
+_WARNED_TEXT_SPLIT: set[str] = set()
 
 
 def reasoning_gym_tasks() -> list[str]:
@@ -52,11 +65,17 @@ class ReasoningGymSource:
       task: reasoning-gym task name, e.g. "chain_sum", "basic_arithmetic", "gsm_symbolic".
       seed: generator seed; the same (task, seed, kwargs) always gives the same examples.
       size: number of examples.
-      split: None keeps every generated entry; "train" or "held_out" keeps only the entries
-        whose question lies on that side of the hash split (`jaxrl_llm.data.split.side_of`),
-        in generation order: entry i is then the i-th such entry of the generator's stream.
-      held_out_fraction: the split's held-out share, in (0, 1).
-      distinct: skip entries whose question was already kept (default: True for "held_out").
+      split: None keeps every generated entry; "train", "selection" or "test" ("held_out" is
+        "test") keeps only the entries whose key lies on that side of the hash split
+        (`jaxrl_llm.data.split.side_of`), in generation order: entry i is then the i-th such
+        entry of the generator's stream.
+      held_out_fraction, selection_fraction: the test and selection sides' shares.
+      split_by: "problem" hashes each entry's problem key (`problem_key`, else the task's
+        registered one); "text" its question. A task without a key is split by text, with one
+        warning line.
+      problem_key: entry -> key, instead of `problem_key_for(task)`.
+      distinct: skip entries whose key was already kept (default: True for "selection" and
+        "test").
       size_field: the config field that set `size`, named in errors.
       **task_kwargs: fields of the task's config dataclass, e.g. for chain_sum `min_terms`,
         `max_terms`, `min_digits`, `max_digits`, `allow_negation`.
@@ -83,6 +102,9 @@ class ReasoningGymSource:
         size: int,
         split: str | None = None,
         held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+        selection_fraction: float = DEFAULT_SELECTION_FRACTION,
+        split_by: str = "problem",
+        problem_key: ProblemKey | None = None,
         distinct: bool | None = None,
         size_field: str = "size",
         **task_kwargs: Any,
@@ -103,16 +125,20 @@ class ReasoningGymSource:
                     f"Accepted fields of {config_cls.__name__}: {', '.join(sorted(fields))}."
                 )
         self.split, self._side = split, None
+        self._key = self._problem_key(task, check_split_by(split_by), problem_key)
         candidates = size
         if split is not None:
+            side = check_side(split)
             self._side = SideIndex(
-                self._question_at,  # a bound method: the source stays picklable
-                side=split,
+                self._key_at,  # a bound method: the source stays picklable
+                side=side,
                 size=size,
                 held_out_fraction=held_out_fraction,
-                distinct=split == "held_out" if distinct is None else distinct,
+                selection_fraction=selection_fraction,
+                distinct=side != "train" if distinct is None else distinct,
                 describe=f"reasoning-gym task {task!r} {task_kwargs}",
                 size_field=size_field,
+                unit="questions" if self._key is None else "problems",
             )
             candidates = self._side.max_candidates
         try:
@@ -134,9 +160,38 @@ class ReasoningGymSource:
     def __len__(self) -> int:
         return self.size
 
-    def _question_at(self, candidate: int) -> str:
-        """The question of generator entry `candidate` (what the split hashes)."""
-        return self._dataset[candidate]["question"]
+    @staticmethod
+    def _problem_key(task: str, split_by: str, problem_key: ProblemKey | None):
+        """The key function the split hashes, or None for the question text."""
+        if split_by == "text":
+            return None
+        key = problem_key or problem_key_for(task)
+        if key is None and task not in _WARNED_TEXT_SPLIT:
+            _WARNED_TEXT_SPLIT.add(task)
+            logging.getLogger(__name__).warning(
+                "reasoning-gym task %r has no problem key (jaxrl_llm.data.problem_keys); its "
+                "split by problem falls back to the question text (register one with "
+                "register_problem_key, or set config.task.split_by='text').",
+                task,
+            )
+        return key
+
+    def _key_at(self, candidate: int) -> str:
+        """The problem key (or question) of generator entry `candidate`: what the split hashes."""
+        entry = self._dataset[candidate]
+        return entry["question"] if self._key is None else self._key(entry)
+
+    def key_of(self, index: int) -> str:
+        """The key the split hashed for example `index`: its problem key, or its question.
+
+        Example:
+          >>> ReasoningGymSource("gcd", seed=0, size=2, max_value=60).key_of(0)
+          '26 59'
+        """
+        if not -self.size <= index < self.size:
+            raise IndexError(f"index {index} out of range for {self!r} of size {self.size}")
+        index %= self.size
+        return self._key_at(index if self._side is None else self._side[index])
 
     def __getitem__(self, index: int) -> Example:
         """The example at `index` (negative indices count from the end)."""

@@ -1,23 +1,29 @@
-"""Train / held-out split by construction: a question's side is a stable hash of its text.
+"""Train / selection / test split by construction: a problem's side is a stable hash of its key.
 
-A held-out set drawn from "the same generator with another seed" shares most of its questions
-with the training pool when the question space is small (gcd of two numbers up to 30 has 900
-questions; 199 of 200 such held-out questions were in a 10,000-question training pool). Here
-each question goes to one side by the SHA-256 of its normalised text, whatever the seed, the
-size or the source that produced it:
+A test set drawn from "the same generator with another seed" shares most of its questions with
+the training pool when the question space is small (gcd of two numbers up to 30 has 900
+questions; 199 of 200 such test questions were in a 10,000-question training pool). Here each
+problem goes to one side by the SHA-256 of its key, whatever the seed, the size or the source
+that produced it. The key is the problem's canonical form (`jaxrl_llm.data.problem_keys`:
+gcd(18, 12) and gcd(12, 18) share one, so do "Solve for x: x + 3 = 5" and "Find y: y + 3 = 5"),
+or the normalised question text where a source has no canonical form. With p the first 8 bytes
+of SHA-256(normalize_question(key)) read as a fraction of 2**64:
 
-    side_of(q) == "held_out"  iff  sha256(normalize_question(q)) / 2**64 < held_out_fraction
+    p < held_out_fraction                             -> "test"       (reported figures)
+    p < held_out_fraction + selection_fraction        -> "selection"  (choosing recipes, pruning)
+    otherwise                                         -> "train"
 
-so no question can be on both sides. Training pools draw only "train" questions, evaluators
-only "held_out" ones, and a held-out set holds distinct questions: when a generator's question
-space is too small to give the asked-for number, `SideIndex` stops with one line that says how
-many exist and what to change.
+so no problem is on two sides. "held_out" is accepted wherever a side is named, as the old name
+of "test" (configs and run records written before the selection side existed). Training pools
+draw only "train" problems, evaluators "selection" or "test" ones, and an evaluation set holds
+distinct problems: when a generator's space is too small to give the asked-for number,
+`SideIndex` stops with one line that says how many exist and what to change.
 
 Example:
   >>> side_of("What is 2 + 3?"), side_of("  what is 2 +   3? ")  # same normalised text
   ('train', 'train')
-  >>> index = SideIndex(lambda i: f"q{i}", side="held_out", size=3, distinct=True)
-  >>> [index[i] for i in range(3)]   # candidate positions whose questions hash held out
+  >>> index = SideIndex(lambda i: f"q{i}", side="test", size=3, distinct=True)
+  >>> [index[i] for i in range(3)]   # candidate positions whose keys hash to the test side
   [4, 7, 15]
 """
 
@@ -26,36 +32,69 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_HELD_OUT_FRACTION",
+    "DEFAULT_SELECTION_FRACTION",
     "SIDES",
+    "SIDE_ALIASES",
+    "SPLIT_BY",
     "SideIndex",
+    "Sides",
     "check_held_out_fraction",
     "check_side",
+    "check_side_fractions",
+    "check_split_by",
     "distinct_questions",
     "duplicate_questions",
     "normalize_question",
     "partition",
     "side_of",
+    "side_rows",
 ]
 
-# The share of every question space that is held out: 10%, as the issue that introduced the
-# split proposed (a 200-question held-out set needs a space of about 2,000 questions).
+# The test share of every problem space: 10%, as the issue that introduced the split proposed
+# (a 200-problem test set needs a space of about 2,000 problems).
 DEFAULT_HELD_OUT_FRACTION = 0.1
-SIDES = ("train", "held_out")
+# The selection share: as much again, so a recipe can be chosen on 200 problems of its own.
+DEFAULT_SELECTION_FRACTION = 0.1
+SIDES = ("train", "selection", "test")
+# Old side names still accepted, and the side each one means.
+SIDE_ALIASES = {"held_out": "test"}
+# What `config.task.split_by` may say: hash each problem's canonical key, or its question text.
+SPLIT_BY = ("problem", "text")
 # Candidates drawn per asked-for question before a side is declared too small: at a fraction f,
 # a side needs about 1/f draws per question; 50x that finds almost every question of a space
 # that holds enough (coupon collector) and bounds the scan of one that does not.
 DRAWS_PER_QUESTION = 50
 _SPACE = re.compile(r"\s+")
+# The config field that sets each side's share, named when a side is too small.
+_FRACTION_FIELD = {
+    "test": "config.task.held_out_fraction",
+    "selection": "config.task.selection_fraction",
+    "train": "config.task.held_out_fraction or config.task.selection_fraction",
+}
+
+
+class Sides(NamedTuple, Generic[T]):
+    """The items of a finite collection on each side of the split (`partition`), in order.
+
+    Attributes:
+      train: the items trained on.
+      selection: the items recipes are chosen on.
+      test: the items whose figures are reported (once called "held_out").
+    """
+
+    train: list[T]
+    selection: list[T]
+    test: list[T]
 
 
 def normalize_question(text: str) -> str:
-    """The text a question's side is hashed from: case-folded, whitespace collapsed, stripped.
+    """The text a side is hashed from: case-folded, whitespace collapsed, stripped.
 
     Example:
       >>> normalize_question("  Find the GCD of\\n12, 18. ")
@@ -65,15 +104,28 @@ def normalize_question(text: str) -> str:
 
 
 def check_side(side: str, *, field: str = "split") -> str:
-    """`side` if it is "train" or "held_out", else a ValueError naming `field`.
+    """The canonical name of `side` ("held_out" gives "test"), else a ValueError naming `field`.
 
     Example:
-      >>> check_side("held_out")
-      'held_out'
+      >>> check_side("held_out"), check_side("selection")
+      ('test', 'selection')
     """
+    side = SIDE_ALIASES.get(side, side)
     if side not in SIDES:
-        raise ValueError(f"{field}={side!r} must be one of {SIDES}.")
+        raise ValueError(
+            f"{field}={side!r} must be one of {SIDES} ('held_out' is accepted for 'test')."
+        )
     return side
+
+
+def check_split_by(split_by: str, *, field: str = "config.task.split_by") -> str:
+    """`split_by` if it is "problem" or "text", else a ValueError naming `field`."""
+    if split_by not in SPLIT_BY:
+        raise ValueError(
+            f"{field}={split_by!r} must be one of {SPLIT_BY}: 'problem' hashes each problem's "
+            "canonical key (jaxrl_llm.data.problem_keys), 'text' its question text."
+        )
+    return split_by
 
 
 def check_held_out_fraction(fraction: float, *, field: str = "held_out_fraction") -> float:
@@ -85,32 +137,65 @@ def check_held_out_fraction(fraction: float, *, field: str = "held_out_fraction"
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(
-            f"{field}={fraction} must lie strictly between 0 and 1 (the share of questions held "
-            f"out; default {DEFAULT_HELD_OUT_FRACTION})."
+            f"{field}={fraction} must lie strictly between 0 and 1 (the share of problems on "
+            f"that side; default {DEFAULT_HELD_OUT_FRACTION})."
         )
     return float(fraction)
 
 
-def side_of(question: str, *, held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION) -> str:
-    """ "held_out" or "train": the side of `question`, fixed by the hash of its normalised text.
+def check_side_fractions(
+    held_out_fraction: float, selection_fraction: float, *, prefix: str = ""
+) -> tuple[float, float]:
+    """Both shares, each in (0, 1) with a sum below 1, else a ValueError naming the field.
 
     Args:
-      question: the question text as shown to the model (before the chat template).
-      held_out_fraction: the share of all questions that is held out, in (0, 1).
+      held_out_fraction: the test side's share.
+      selection_fraction: the selection side's share.
+      prefix: put before the field names in errors, e.g. "config.task.".
+
+    Example:
+      >>> check_side_fractions(0.1, 0.1)
+      (0.1, 0.1)
+    """
+    test = check_held_out_fraction(held_out_fraction, field=f"{prefix}held_out_fraction")
+    selection = check_held_out_fraction(selection_fraction, field=f"{prefix}selection_fraction")
+    if test + selection >= 1.0:
+        raise ValueError(
+            f"{prefix}held_out_fraction + {prefix}selection_fraction = {test} + {selection} "
+            "must be below 1 (the train side gets the rest); lower one of them."
+        )
+    return test, selection
+
+
+def side_of(
+    key: str,
+    *,
+    held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+    selection_fraction: float = DEFAULT_SELECTION_FRACTION,
+) -> str:
+    """ "train", "selection" or "test": the side of a problem, fixed by the hash of its key.
+
+    Args:
+      key: the problem's key (`jaxrl_llm.data.problem_keys`) or its question text as shown to
+        the model (before the chat template); both are normalised (`normalize_question`).
+      held_out_fraction: the test side's share, in (0, 1).
+      selection_fraction: the selection side's share, in (0, 1), with the sum below 1.
 
     Returns:
-      "held_out" when the first 8 bytes of SHA-256(normalize_question(question)), read as an
-      unsigned integer over 2**64, fall below `held_out_fraction`; else "train". The same on
-      every machine and Python process (unlike `hash`).
+      With p the first 8 bytes of SHA-256(normalize_question(key)) over 2**64: "test" when
+      p < held_out_fraction, "selection" when p < held_out_fraction + selection_fraction, else
+      "train". The same on every machine and Python process (unlike `hash`).
 
     Example:
       >>> [side_of(f"q{i}") for i in range(5)]
-      ['train', 'train', 'train', 'train', 'held_out']
+      ['train', 'train', 'train', 'train', 'test']
     """
-    check_held_out_fraction(held_out_fraction)
-    digest = hashlib.sha256(normalize_question(question).encode("utf-8")).digest()
+    check_side_fractions(held_out_fraction, selection_fraction)
+    digest = hashlib.sha256(normalize_question(key).encode("utf-8")).digest()
     position = int.from_bytes(digest[:8], "big") / 2.0**64
-    return "held_out" if position < held_out_fraction else "train"
+    if position < held_out_fraction:
+        return "test"
+    return "selection" if position < held_out_fraction + selection_fraction else "train"
 
 
 def distinct_questions(questions: Iterable[str]) -> int:
@@ -143,67 +228,120 @@ def duplicate_questions(questions: Sequence[str]) -> list[tuple[int, int]]:
 
 def partition(
     items: Sequence[T],
-    question_of: Callable[[T], str],
+    key_of: Callable[[T], str],
     *,
     held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
-) -> tuple[list[T], list[T]]:
-    """(train items, held-out items) of a finite collection, by the side of each one's question.
+    selection_fraction: float = DEFAULT_SELECTION_FRACTION,
+) -> Sides[T]:
+    """The items of a finite collection on each side, by the side of each one's key.
+
+    Args:
+      items: the collection, in order (each side keeps it).
+      key_of: item -> its problem key or question text (`side_of`).
+      held_out_fraction, selection_fraction: as in `side_of`.
 
     Example:
-      >>> train, held_out = partition(records, lambda r: r.prompt)
+      >>> sides = partition(records, lambda r: r.prompt)
+      >>> sides.train, sides.selection, sides.test
     """
     sides: dict[str, list[T]] = {side: [] for side in SIDES}
     for item in items:
-        sides[side_of(question_of(item), held_out_fraction=held_out_fraction)].append(item)
-    return sides["train"], sides["held_out"]
+        side = side_of(
+            key_of(item),
+            held_out_fraction=held_out_fraction,
+            selection_fraction=selection_fraction,
+        )
+        sides[side].append(item)
+    return Sides(**sides)
+
+
+def side_rows(
+    items: Sequence[T],
+    key_of: Callable[[T], str],
+    *,
+    side: str,
+    held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+    selection_fraction: float = DEFAULT_SELECTION_FRACTION,
+    describe: str = "the source",
+) -> list[T]:
+    """The items of a finite collection on `side` (`partition`), in order.
+
+    Raises:
+      ValueError: no item lies on that side (names `describe`, the shares and the fix).
+
+    Example:
+      >>> side_rows(records, lambda r: r.question, side="selection", describe="data.jsonl")
+    """
+    side = check_side(side)
+    sides = partition(
+        items, key_of, held_out_fraction=held_out_fraction, selection_fraction=selection_fraction
+    )
+    rows = getattr(sides, side)
+    if not rows:
+        raise ValueError(
+            f"{describe}: no question of its {len(items)} lies on the {side} side of the hash "
+            f"split ({100 * held_out_fraction:g}% test, {100 * selection_fraction:g}% "
+            f"selection). Add examples, or change {_FRACTION_FIELD[side]}."
+        )
+    return rows
 
 
 class SideIndex:
     """Positions on one side of the split, resolved lazily from a stream of candidates.
 
-    Position `i` of the side is the candidate index of the i-th candidate question (in order)
-    on `side`; with `distinct`, questions already taken are skipped. Candidates are scanned
-    only as far as the highest position asked for, so a 10,000-question training pool costs
-    nothing until its batches are drawn.
+    Position `i` of the side is the candidate index of the i-th candidate (in order) whose key
+    is on `side`; with `distinct`, keys already taken are skipped. Candidates are scanned only
+    as far as the highest position asked for, so a 10,000-question training pool costs nothing
+    until its batches are drawn.
 
     Args:
-      question_at: candidate index -> question text (e.g. the reasoning-gym entry's question).
-      side: "train" or "held_out".
+      key_at: candidate index -> the candidate's problem key or question text (`side_of`).
+      side: "train", "selection" or "test" ("held_out" means "test").
       size: the positions the side must provide.
-      held_out_fraction: as in `side_of`.
-      distinct: skip a question whose normalised text was taken already (held-out sets).
+      held_out_fraction, selection_fraction: as in `side_of`.
+      distinct: skip a candidate whose normalised key was taken already (evaluation sets).
       max_candidates: the most candidates scanned (default `DRAWS_PER_QUESTION * size / share`
         with share the side's fraction, and at least 10,000).
       describe: how the error names the source and its fix, e.g. "task 'gcd' {...}".
       size_field: the config field the error tells the user to lower.
+      unit: what a key stands for in errors ("questions", "problems").
 
     Raises:
       ValueError: on the first position that cannot be found, or from `resolve_all`: the side
-        holds fewer than `size` (distinct) questions among `max_candidates` candidates; the
-        message says how many it found and what to change.
+        holds fewer than `size` (distinct) keys among `max_candidates` candidates; the message
+        says how many it found and what to change.
     """
 
     def __init__(
         self,
-        question_at: Callable[[int], str],
+        key_at: Callable[[int], str],
         *,
         side: str,
         size: int,
         held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+        selection_fraction: float = DEFAULT_SELECTION_FRACTION,
         distinct: bool = False,
         max_candidates: int | None = None,
         describe: str = "the source",
         size_field: str = "size",
+        unit: str = "questions",
     ):
         self.side = check_side(side)
-        self.fraction = check_held_out_fraction(held_out_fraction)
+        self.fraction, self.selection_fraction = check_side_fractions(
+            held_out_fraction, selection_fraction
+        )
         if size <= 0:
             raise ValueError(f"{size_field}={size} must be positive.")
-        share = self.fraction if side == "held_out" else 1.0 - self.fraction
+        share = {
+            "test": self.fraction,
+            "selection": self.selection_fraction,
+            "train": 1.0 - self.fraction - self.selection_fraction,
+        }[self.side]
         if max_candidates is None:
             max_candidates = max(10_000, int(DRAWS_PER_QUESTION * size / share))
-        self.question_at, self.size, self.distinct = question_at, size, distinct
+        self.key_at, self.size, self.distinct = key_at, size, distinct
         self.max_candidates, self.describe, self.size_field = max_candidates, describe, size_field
+        self.unit = unit
         self._positions: list[int] = []
         self._seen: set[str] = set()
         self._next_candidate = 0
@@ -227,22 +365,27 @@ class SideIndex:
         while self._next_candidate < self.max_candidates:
             candidate = self._next_candidate
             self._next_candidate += 1
-            question = self.question_at(candidate)
-            if side_of(question, held_out_fraction=self.fraction) != self.side:
+            key = self.key_at(candidate)
+            side = side_of(
+                key,
+                held_out_fraction=self.fraction,
+                selection_fraction=self.selection_fraction,
+            )
+            if side != self.side:
                 continue
             if self.distinct:
-                key = normalize_question(question)
+                key = normalize_question(key)
                 if key in self._seen:
                     continue
                 self._seen.add(key)
             self._positions.append(candidate)
             return
         found = len(self._positions)
-        what = "distinct questions" if self.distinct else "questions"
+        what = f"distinct {self.unit}" if self.distinct else self.unit
         raise ValueError(
             f"{self.size_field}={self.size} asks for {self.size} {what} on the {self.side} side "
             f"of {self.describe}, but {self.max_candidates:,} draws gave only {found} "
-            f"({100 * self.fraction:g}% of questions are held out, by hash). Lower "
-            f"{self.size_field} to at most {found}, or widen the question space (a larger "
-            f"range in config.task.kwargs), or change config.task.held_out_fraction."
+            f"({100 * self.fraction:g}% test, {100 * self.selection_fraction:g}% selection, by "
+            f"hash). Lower {self.size_field} to at most {found}, or widen the problem space (a "
+            f"larger range in config.task.kwargs), or change {_FRACTION_FIELD[self.side]}."
         )

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -25,7 +25,12 @@ from tensorflow_datasets.core.utils import tqdm_utils
 from jaxrl_llm.data import jsonl
 from jaxrl_llm.data.example import Example
 from jaxrl_llm.data.jsonl import check_no_duplicates
-from jaxrl_llm.data.split import DEFAULT_HELD_OUT_FRACTION, SIDES, check_side, partition
+from jaxrl_llm.data.split import (
+    DEFAULT_HELD_OUT_FRACTION,
+    DEFAULT_SELECTION_FRACTION,
+    check_side,
+    side_rows,
+)
 
 __all__ = ["JsonlPromptBuilder", "TfdsSource"]
 
@@ -157,7 +162,8 @@ class TfdsSource:
       data_dir: tfds data directory.
       question_key, answer_key: JSON fields to read.
       name: the examples' `source`; defaults to the file name without extension.
-      split, held_out_fraction: as in `JsonlSource`: one side of the hash split, or every line.
+      split, held_out_fraction, selection_fraction, problem_key: as in `JsonlSource`: one side
+        of the hash split, or every line.
 
     Example:
       >>> source = TfdsSource("gsm8k_test.jsonl", data_dir="/tmp/tfds")
@@ -175,6 +181,8 @@ class TfdsSource:
         name: str | None = None,
         split: str | None = None,
         held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+        selection_fraction: float = DEFAULT_SELECTION_FRACTION,
+        problem_key: Callable[[dict], str] | None = None,
     ):
         self.path = os.fspath(path)
         self.name = name or os.path.splitext(os.path.basename(self.path))[0]
@@ -192,17 +200,21 @@ class TfdsSource:
         questions = [_text(self._data[i]["question"]) for i in self._rows]
         check_no_duplicates(self.path, questions, [i + 1 for i in self._rows])
         if split is not None:
-            check_side(split, field="TfdsSource split")
-            sides = partition(
-                self._rows, questions.__getitem__, held_out_fraction=held_out_fraction
+            side = check_side(split, field="TfdsSource split")
+
+            def key_of(row: int) -> str:
+                if problem_key is None:
+                    return questions[row]
+                return problem_key(json.loads(_text(self._data[row]["raw"])))
+
+            self._rows = side_rows(
+                self._rows,
+                key_of,
+                side=side,
+                held_out_fraction=held_out_fraction,
+                selection_fraction=selection_fraction,
+                describe=self.path,
             )
-            self._rows = sides[SIDES.index(split)]
-            if not self._rows:
-                raise ValueError(
-                    f"{self.path}: no question of its {len(questions)} lies on the {split} side "
-                    f"of the hash split ({100 * held_out_fraction:g}% held out). Add examples, "
-                    "or change held_out_fraction (config.task.held_out_fraction)."
-                )
 
     def __len__(self) -> int:
         return len(self._rows)

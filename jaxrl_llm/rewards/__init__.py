@@ -1,4 +1,6 @@
-"""Reward functions `(prompt, completion, example) -> float`, answer extraction and a runner.
+"""Reward functions `(prompt, completion, example) -> float`, answer extraction and a runner;
+a user's reward functions in TRL's batch shape `fn(prompts, completions, **columns)`
+(`jaxrl_llm.rewards.user`, docs/rewards.md).
 
 Example:
   >>> from jaxrl_llm import rewards
@@ -26,6 +28,19 @@ from jaxrl_llm.rewards.extraction import (
     stated_numbers,
 )
 from jaxrl_llm.rewards.runner import RewardFn, RewardOutput, RewardRunner
+from jaxrl_llm.rewards.user import (
+    ON_ERROR,
+    BatchReward,
+    BatchRewardFn,
+    BatchScores,
+    RewardColumnError,
+    RewardFunctionError,
+)
+from jaxrl_llm.rewards.user_loading import (
+    check_reward_columns,
+    load_reward_function,
+    user_rewards,
+)
 from jaxrl_llm.rewards.verifiers import (
     ANSWER_RULES,
     accuracy,
@@ -41,7 +56,13 @@ from jaxrl_llm.rewards.verifiers import (
 __all__ = [
     "ANSWER_RULES",
     "AnswerPrior",
+    "BatchReward",
+    "BatchRewardFn",
+    "BatchScores",
+    "ON_ERROR",
+    "RewardColumnError",
     "RewardFn",
+    "RewardFunctionError",
     "RewardOutput",
     "RewardRunner",
     "accuracy",
@@ -49,6 +70,7 @@ __all__ = [
     "chance_corrected",
     "chance_correction",
     "check_answer_rule",
+    "check_reward_columns",
     "exact_task_reward",
     "extract_answer",
     "extract_last_number",
@@ -57,9 +79,11 @@ __all__ = [
     "find_numbers",
     "format_reward",
     "length_reward",
+    "load_reward_function",
     "math_verify_reward",
     "number_key",
     "stated_numbers",
     "task_answer_prior",
     "task_reward",
+    "user_rewards",
 ]

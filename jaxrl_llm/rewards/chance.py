@@ -155,6 +155,8 @@ def task_answer_prior(task_section: Any, *, seed: int) -> AnswerPrior:
             sorted(kwargs.items()),
             task_section.train_size,
             task_section.get("held_out_fraction"),
+            task_section.get("selection_fraction"),
+            task_section.get("split_by"),
             seed,
         )
     )

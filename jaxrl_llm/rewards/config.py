@@ -14,6 +14,8 @@ from jaxrl_llm.rewards.chance import task_answer_prior
 from jaxrl_llm.rewards.ensemble import ENSEMBLE_MODES
 from jaxrl_llm.rewards.process import PLACEMENTS, check_eta, check_step_marker
 from jaxrl_llm.rewards.refinement import REFINEMENTS
+from jaxrl_llm.rewards.user import ON_ERROR
+from jaxrl_llm.rewards.user_loading import parse_function_specs, parse_function_weights
 from jaxrl_llm.rewards.verifiers import check_answer_rule
 
 __all__ = ["rewards_section", "validate_rewards_section"]
@@ -46,8 +48,22 @@ def rewards_section() -> ml_collections.ConfigDict:
     # A policy farms it: the reward hack the constraints of docs/constraints.md hold off.
     c.length_weight = 0.0
     c.length_max_words = 64
-    # Seconds a reward function may take per sample before it counts as 0.
+    # Seconds a reward function may take per sample before it counts as 0; a user's batch
+    # function (`functions`) may take this long over the whole batch.
     c.timeout_s = 5.0
+    # Reward functions of your own, in TRL's batch shape fn(prompts, completions, **columns) ->
+    # list[float | None], comma-separated: "package.module:function" or "path/to/file.py:function"
+    # (docs/rewards.md). Each is logged as reward/<function> and added to the rewards above;
+    # Python callables come as build_rewards(config, reward_fns=[...]); "" = none.
+    c.functions = ""
+    # Their weights, comma-separated, aligned with `functions` then the Python callables;
+    # "" = 1.0 each.
+    c.function_weights = ""
+    # What a user function that raises, hangs or returns a bad value (NaN, a string, a list of
+    # the wrong length) does: "skip" (the samples it gave no valid value get its mean over their
+    # group's valid ones, counted as reward/<function>/skipped; None from the function means the
+    # same) or "stop" (the run stops with one line naming the function and what it returned).
+    c.on_error = "skip"
     # A reward model: the directory of a saved scalar-head model (`save_scalar_model`), scored
     # on device at the last token of prompt + completion and added with `model_weight`; "" = none.
     # Several directories, comma-separated, make an ensemble combined by `ensemble`.
@@ -89,6 +105,7 @@ def validate_rewards_section(config: ml_collections.ConfigDict) -> None:
             f"{ENSEMBLE_MODES} and config.rewards.ensemble_k={config.rewards.ensemble_k} >= 0."
         )
     check_answer_rule(config.rewards.get("answer_rule", "last_number"))
+    _validate_user_functions(config.rewards)
     if config.rewards.get("chance_correction"):
         if config.env.name:
             raise ValueError(
@@ -126,3 +143,16 @@ def validate_rewards_section(config: ml_collections.ConfigDict) -> None:
             "config.rewards.process_placement='dense' applies to single-turn rollouts, not to "
             f"episode runs (config.env.name={config.env.name!r}): set process_placement='summed'."
         )
+
+
+def _validate_user_functions(section: ml_collections.ConfigDict) -> None:
+    """The user reward fields' forms (`build_rewards` imports the functions): on_error, the
+    "module:function" entries and, when no weight is left for Python callables, the weights."""
+    on_error = section.get("on_error", "skip")
+    if on_error not in ON_ERROR:
+        raise ValueError(f"config.rewards.on_error={on_error!r} must be one of {ON_ERROR}.")
+    specs = parse_function_specs(section.get("functions", ""))
+    weights = section.get("function_weights", "")
+    # more weights than entries may be those of Python callables (`build_rewards` checks them)
+    count = max(len(specs), len([w for w in weights.split(",") if w.strip()]))
+    parse_function_weights(weights, count)

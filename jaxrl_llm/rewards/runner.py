@@ -6,6 +6,11 @@ on every sample; a call that raises, returns a non-finite or non-numeric value, 
 `num_timeouts`; the first failure of each kind is logged (with the exception type), and the batch
 goes on.
 
+A user's reward in TRL's batch shape (`jaxrl_llm.rewards.user.BatchReward`) is one call over the
+whole batch, under the same time limit; what it fails on follows its `on_error` policy ("skip":
+those samples get its group's mean and are counted in `RewardOutput.num_skipped`; "stop": the call
+raises one line), never a silent 0.
+
 Time limits are thread-based: each call runs in its own daemon thread, and the runner stops
 waiting for it `timeout_s` seconds after it started. Python cannot kill a thread, so a call that
 hangs is abandoned, not stopped: it keeps running in the background (and, if it spins on the CPU,
@@ -25,12 +30,20 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from jaxrl_llm.data import Example
+from jaxrl_llm.rewards.user import (
+    BatchReward,
+    BatchScores,
+    RewardColumnError,
+    RewardFunctionError,
+    fill_skipped,
+    function_name,
+)
 from jaxrl_llm.rewards.verifiers import check_answer_rule
 
 __all__ = ["RewardFn", "RewardOutput", "RewardRunner"]
@@ -60,6 +73,9 @@ class RewardOutput(NamedTuple):
       steps: the process reward model's scored steps (`jaxrl_llm.rewards.process.StepRewards`,
         weighted as in `total`) when the reward role has one, else None: what dense process
         rewards place on each step's last token.
+      num_skipped: user batch reward name -> samples it gave no valid value (None, a bad value,
+        a failed call), filled with its group's mean under on_error="skip"; None when the runner
+        has no user reward.
 
     Example:
       >>> out = RewardRunner({"task": task_reward}, timeout_s=5.0)(prompts, completions, examples)
@@ -72,6 +88,7 @@ class RewardOutput(NamedTuple):
     num_errors: dict[str, int]
     num_timeouts: dict[str, int]
     steps: Any = None
+    num_skipped: dict[str, int] | None = None
 
     def metrics(self, prefix: str = "reward") -> dict[str, float]:
         """Flat scalars for logging: batch means of the total and of each function, and counts.
@@ -85,12 +102,9 @@ class RewardOutput(NamedTuple):
             metrics[f"{prefix}/{name}"] = float(np.mean(values)) if values.size else 0.0
             metrics[f"{prefix}/{name}/errors"] = float(self.num_errors[name])
             metrics[f"{prefix}/{name}/timeouts"] = float(self.num_timeouts[name])
+        for name, count in (self.num_skipped or {}).items():
+            metrics[f"{prefix}/{name}/skipped"] = float(count)
         return metrics
-
-
-def _function_name(fn: Callable) -> str:
-    inner = getattr(fn, "func", fn)  # functools.partial
-    return getattr(inner, "__name__", type(inner).__name__)
 
 
 class _Call:
@@ -113,6 +127,18 @@ class _Call:
             self.error = e
 
 
+class _BatchCall(_Call):
+    """One call of a user's batch reward over the whole batch; `value` is its `BatchScores`."""
+
+    __slots__ = ()
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn(*self.args)
+        except Exception as e:  # handled by the reward's on_error policy (`_batch_scores`)
+            self.error = e
+
+
 def _run_and_report(call: _Call, index: int, done: queue.SimpleQueue) -> None:
     call.run()
     done.put(index)
@@ -123,11 +149,13 @@ class RewardRunner:
 
     Args:
       functions: `{name: fn}`, or a list of functions named by their `__name__` (the names must
-        be distinct). Each fn is `(prompt, completion, example) -> float`.
+        be distinct). Each fn is `(prompt, completion, example) -> float`, or a
+        `jaxrl_llm.rewards.user.BatchReward` (a user's function over the whole batch).
       weights: None (all 1.0), a sequence aligned with `functions`, or `{name: weight}` naming
         every function.
-      timeout_s: wall-clock limit of one call, counted from when the call starts; None runs every
-        call inline in the calling thread without a limit.
+      timeout_s: wall-clock limit of one call (a `BatchReward`'s call covers the whole batch),
+        counted from when the call starts; None runs every call inline in the calling thread
+        without a limit.
       max_concurrency: calls running at once (threads). CPU-bound rewards share the GIL, so with
         several running at once each takes longer in wall-clock time; 1 makes `timeout_s` a
         per-call budget of nearly the whole interpreter.
@@ -146,7 +174,7 @@ class RewardRunner:
 
     def __init__(
         self,
-        functions: Mapping[str, RewardFn] | Sequence[RewardFn],
+        functions: Mapping[str, RewardFn | BatchReward] | Sequence[RewardFn | BatchReward],
         *,
         weights: Mapping[str, float] | Sequence[float] | None = None,
         timeout_s: float | None = 5.0,
@@ -160,7 +188,7 @@ class RewardRunner:
         else:
             named = {}
             for fn in functions:
-                name = _function_name(fn)
+                name = function_name(fn)
                 if name in named:
                     raise ValueError(
                         f"RewardRunner: two reward functions are named {name!r}; pass a dict "
@@ -172,7 +200,7 @@ class RewardRunner:
         for name, fn in named.items():
             if not callable(fn):
                 raise TypeError(f"RewardRunner: reward {name!r} is not callable: {fn!r}")
-        self.functions: dict[str, RewardFn] = named
+        self.functions: dict[str, RewardFn | BatchReward] = named
         self.weights: dict[str, float] = self._resolve_weights(weights)
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"RewardRunner: timeout_s={timeout_s} must be positive or None.")
@@ -226,9 +254,15 @@ class RewardRunner:
                 f"RewardRunner: {len(prompts)} prompts, {b} completions and {len(examples)} "
                 "examples; they must be equally many (one prompt and example per completion)."
             )
-        calls = [
+        batch_calls = [
+            _BatchCall(name, "all", fn, (prompts, completions, examples))
+            for name, fn in self.functions.items()
+            if isinstance(fn, BatchReward)
+        ]
+        calls = batch_calls + [
             _Call(name, i, fn, (prompts[i], completions[i], examples[i]))
             for name, fn in self.functions.items()
+            if not isinstance(fn, BatchReward)
             for i in range(b)
         ]
         if self.timeout_s is None:
@@ -241,8 +275,15 @@ class RewardRunner:
         per_function = {name: np.zeros([b], np.float32) for name in self.functions}
         num_errors = dict.fromkeys(self.functions, 0)
         num_timeouts = dict.fromkeys(self.functions, 0)
+        num_skipped = {call.name: 0 for call in batch_calls} or None
         for index, call in enumerate(calls):
-            if index in timed_out:
+            if isinstance(call, _BatchCall):
+                scores = self._batch_scores(call, index in timed_out, b)
+                num_errors[call.name] += scores.num_bad
+                num_timeouts[call.name] += b if index in timed_out else 0
+                num_skipped[call.name] = int(np.isnan(scores.values).sum())
+                per_function[call.name] = fill_skipped(scores.values, prompts)
+            elif index in timed_out:
                 num_timeouts[call.name] += 1
                 self._log_once(
                     call.name,
@@ -274,7 +315,46 @@ class RewardRunner:
         total = np.zeros([b], np.float64)
         for name, values in per_function.items():
             total += self.weights[name] * values.astype(np.float64)
-        return RewardOutput(total.astype(np.float32), per_function, num_errors, num_timeouts)
+        return RewardOutput(
+            total.astype(np.float32),
+            per_function,
+            num_errors,
+            num_timeouts,
+            num_skipped=num_skipped,
+        )
+
+    def _batch_scores(self, call: _BatchCall, timed_out: bool, b: int) -> BatchScores:
+        """The scores of a user batch reward's call under its on_error policy: raises
+        `RewardFunctionError` (one line) when it stops, else NaN where it gave no value; the
+        first failure of each kind is logged."""
+        reward: BatchReward = call.fn
+        if timed_out or call.error is not None:
+            message = reward.failure(call.error, timeout_s=self.timeout_s)
+            if reward.on_error == "stop" or isinstance(call.error, RewardColumnError):
+                raise RewardFunctionError(message) from call.error
+            kind = "timeout" if timed_out else type(call.error).__name__
+            self._log_once(
+                call.name,
+                kind,
+                "%s Its %d samples are skipped (config.rewards.on_error='skip'); later %s "
+                "failures of this reward are counted, not logged.",
+                message,
+                b,
+                kind,
+            )
+            return BatchScores(np.full([b], np.nan), num_bad=0 if timed_out else b)
+        scores: BatchScores = call.value
+        if scores.num_bad:
+            self._log_once(
+                call.name,
+                "value",
+                "Reward %r %s; %d such samples of this batch are skipped "
+                "(config.rewards.on_error='skip'); later ones are counted, not logged.",
+                reward.origin,
+                scores.first_bad,
+                scores.num_bad,
+            )
+        return scores
 
     def _run_with_time_limit(self, calls: list[_Call]) -> set[int]:
         """Runs calls in daemon threads, at most `max_concurrency` at once; returns the timed-out."""

@@ -175,4 +175,5 @@ class RewardRole:
             num_errors=out.num_errors,
             num_timeouts=out.num_timeouts,
             steps=steps,
+            num_skipped=out.num_skipped,
         )

@@ -37,6 +37,7 @@ from jaxrl_llm.rewards import (
 )
 from jaxrl_llm.rewards.ensemble import EnsembleReward
 from jaxrl_llm.rewards.process import ProcessReward
+from jaxrl_llm.rewards.user_loading import UserRewardFns, check_reward_columns, user_rewards
 from jaxrl_llm.roles import (
     Critic,
     Learner,
@@ -98,8 +99,12 @@ def with_lora(model: Transformer, config: ml_collections.ConfigDict) -> Transfor
     return model if lora is None else add_adapters(model, lora, seed=config.seed)
 
 
-def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
-    """The weighted reward functions of `config.rewards` ("task" always present for accuracy).
+def build_rewards(
+    config: ml_collections.ConfigDict, reward_fns: UserRewardFns | None = None
+) -> RewardRunner:
+    """The weighted reward functions of `config.rewards` ("task" always present for accuracy),
+    then the user's: `config.rewards.functions` and `reward_fns` (Python callables, or
+    `{name: fn}`), in TRL's batch shape (`jaxrl_llm.rewards.user`).
 
     "task" reads answers with `config.rewards.answer_rule` (so does the evaluator, through the
     runner's `answer_rule`); with `config.rewards.chance_correction`, "chance" (weighted like
@@ -127,6 +132,22 @@ def build_rewards(config: ml_collections.ConfigDict) -> RewardRunner:
         max_words = config.rewards.length_max_words
         functions["length"] = functools.partial(length_reward, max_words=max_words)
         weights["length"] = config.rewards.length_weight
+    # -- the user's reward functions (jaxrl_llm.rewards.user_loading) -------------------------
+    user_functions, user_weights = user_rewards(
+        config.rewards.get("functions", ""),  # absent from older runs' configs
+        config.rewards.get("function_weights", ""),
+        reward_fns,
+        on_error=config.rewards.get("on_error", "skip"),
+    )
+    if user_functions and config.env.name:
+        raise ValueError(
+            f"reward functions {list(user_functions)} score single-turn completions; episodes "
+            f"of config.env.name={config.env.name!r} are scored by their environment: score "
+            "inside the environment's step, or leave config.rewards.functions and reward_fns "
+            "empty."
+        )
+    functions.update(user_functions)
+    weights.update(user_weights)
     return RewardRunner(
         functions, weights=weights, timeout_s=config.rewards.timeout_s, answer_rule=rule
     )
@@ -158,8 +179,11 @@ def build_optimizer(section: ml_collections.ConfigDict, total_updates: int):
     )
 
 
-def build_parts(config: ml_collections.ConfigDict) -> RunParts:
-    """Loads the model and builds data, rewards and optimizer from a validated config."""
+def build_parts(
+    config: ml_collections.ConfigDict, reward_fns: UserRewardFns | None = None
+) -> RunParts:
+    """Loads the model and builds data, rewards and optimizer from a validated config (and
+    the user's Python reward functions, `build_rewards`)."""
     model, tokenizer = load_policy(config)
     model = with_lora(model, config)
     if config.env.name:  # multi-turn episodes: the episode task's examples
@@ -170,7 +194,11 @@ def build_parts(config: ml_collections.ConfigDict) -> RunParts:
         train_source = task_pool(config.task, side="train", seed=config.seed)
     batcher = PromptBatcher(train_source, batch_size=config.rollout.num_prompts, seed=config.seed)
     optimizer = build_optimizer(config.optimizer, total_updates(config))
-    return RunParts(model, tokenizer, train_source, batcher, build_rewards(config), optimizer)
+    # (tests replace build_rewards with a one-argument function)
+    rewards = build_rewards(config) if reward_fns is None else build_rewards(config, reward_fns)
+    if len(train_source):  # the columns user rewards ask for, before the first step
+        check_reward_columns(rewards.functions, train_source[0])
+    return RunParts(model, tokenizer, train_source, batcher, rewards, optimizer)
 
 
 def build_eval_sets(

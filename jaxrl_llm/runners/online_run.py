@@ -285,6 +285,10 @@ class OnlineRun:
             ),
             "reward/errors": float(sum(reward_out.num_errors.values())),
             "reward/timeouts": float(sum(reward_out.num_timeouts.values())),
+            **{  # user rewards' samples with no valid value (`jaxrl_llm.rewards.user`)
+                f"reward/{name}/skipped": float(count)
+                for name, count in (getattr(reward_out, "num_skipped", None) or {}).items()
+            },
             **{  # the learned rewards' and extra functions' means (the task's is the accuracy);
                 # a judge's is its violation rate over the samples it gave a verdict on
                 f"reward/{name}": _mean_of_verdicts(values)

@@ -33,7 +33,7 @@ from jaxrl_llm.data.sft import (
     read_sft_jsonl,
     records_from_examples,
 )
-from jaxrl_llm.data.split import partition
+from jaxrl_llm.data.split import DEFAULT_SELECTION_FRACTION, partition
 from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.models.precision import merge_for_compute
@@ -117,8 +117,12 @@ def sft_data(config) -> tuple[list[SftRecord], list[SftRecord], list]:
         records = records_from_examples(list(train), s.response_template)
         return records, records_from_examples(examples, s.response_template), examples
     # A file's records go to a side by the hash of their prompt (jaxrl_llm.data.split), as a
-    # task's questions do; the held-out loss reads at most eval_records of the held-out side.
-    fraction = task.held_out_fraction
+    # task's questions do; the held-out loss reads at most eval_records of the test side, and
+    # the selection side's records are neither trained on nor scored here.
+    fractions = dict(
+        held_out_fraction=task.held_out_fraction,
+        selection_fraction=task.get("selection_fraction", DEFAULT_SELECTION_FRACTION),
+    )
     if s.data.startswith("tfds:"):
         path = s.data.removeprefix("tfds:")
         source = TfdsSource(path, data_dir=os.path.join(os.path.dirname(path), "tfds"))
@@ -126,19 +130,22 @@ def sft_data(config) -> tuple[list[SftRecord], list[SftRecord], list]:
         pairs = list(
             zip(records_from_examples(examples, s.response_template), examples, strict=True)
         )
-        train, held = partition(pairs, lambda pair: pair[1].question, held_out_fraction=fraction)
+        sides = partition(pairs, lambda pair: pair[1].question, **fractions)
+        train, held = sides.train, sides.test
         train_records = [record for record, _ in train]
         held, held_examples = [r for r, _ in held], [e for _, e in held]
     else:
         records = read_sft_jsonl(s.data)
         check_no_duplicates(s.data, [r.prompt for r in records], range(1, len(records) + 1))
-        train_records, held = partition(records, lambda r: r.prompt, held_out_fraction=fraction)
+        sides = partition(records, lambda r: r.prompt, **fractions)
+        train_records, held = sides.train, sides.test
         held_examples = []
     if not held or not train_records:
         raise ValueError(
             f"config.sft.data={s.data!r}: its {len(train_records) + len(held)} records give "
             f"{len(train_records)} training and {len(held)} held-out records by prompt hash "
-            f"({100 * fraction:g}% held out); add records or change config.task.held_out_fraction."
+            f"({100 * fractions['held_out_fraction']:g}% held out); add records or change "
+            "config.task.held_out_fraction."
         )
     return train_records, held[: s.eval_records], held_examples[: s.eval_records]
 

@@ -109,6 +109,10 @@ def take_groups(
             for k in first.reward_out.num_timeouts
         },
     )
+    skipped = getattr(first.reward_out, "num_skipped", None)  # user batch rewards' counts
+    if skipped:
+        counts = {k: sum(g.reward_out.num_skipped[k] for g in rounds) for k in skipped}
+        reward_out = reward_out._replace(num_skipped=counts)
     examples = [rounds[r].examples[g] for r, g in picks]
     completions = [
         rounds[r].completions[k]

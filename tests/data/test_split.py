@@ -1,4 +1,4 @@
-"""The train / held-out split by question hash: no question on both sides, for every source."""
+"""The train / selection / test split by hash: no question on two sides, for every source."""
 
 import json
 
@@ -6,7 +6,6 @@ import ml_collections
 import pytest
 
 from jaxrl_llm.data import JsonlSource, task_pool, task_source
-from jaxrl_llm.data.presets import PRESETS
 from jaxrl_llm.data.split import (
     SideIndex,
     distinct_questions,
@@ -14,15 +13,7 @@ from jaxrl_llm.data.split import (
     partition,
     side_of,
 )
-
-
-def task_section(name, **fields):
-    section = dict(
-        name=name, kwargs={}, train_size=2000, eval_size=200, eval_seed=1_000_003,
-        held_out_fraction=0.1,
-    )  # fmt: skip
-    section.update(fields)
-    return ml_collections.ConfigDict(section)
+from tests.data.helpers import task_section
 
 
 def keys(source):
@@ -36,69 +27,86 @@ def test_normalize_question_exact():
 def test_side_is_stable_and_ignores_case_and_spaces():
     assert side_of("What is 2 + 3?") == side_of("  what is 2 +   3? ") == "train"
     # hand-picked from a scan: the 5th candidate "q4" hashes to the held-out side
-    assert [side_of(f"q{i}") for i in range(5)] == ["train"] * 4 + ["held_out"]
+    # hand-picked from a scan: "q4" hashes below 0.1 (test), "q5" between 0.1 and 0.2
+    assert [side_of(f"q{i}") for i in range(6)] == ["train"] * 4 + ["test", "selection"]
+    # the test side is the old held-out side: the same positions below held_out_fraction
+    assert side_of("q5", selection_fraction=0.05) == "train"
 
 
-def test_held_out_share_is_the_fraction():
+def test_side_shares_are_the_fractions():
     questions = [f"question number {i}" for i in range(20_000)]
-    share = sum(side_of(q) == "held_out" for q in questions) / len(questions)
-    assert abs(share - 0.1) < 0.01
-    share = sum(side_of(q, held_out_fraction=0.3) == "held_out" for q in questions) / 20_000
-    assert abs(share - 0.3) < 0.015
+    sides = [side_of(q) for q in questions]
+    assert abs(sides.count("test") / 20_000 - 0.1) < 0.01
+    assert abs(sides.count("selection") / 20_000 - 0.1) < 0.01
+    sides = [side_of(q, held_out_fraction=0.3, selection_fraction=0.2) for q in questions]
+    assert abs(sides.count("test") / 20_000 - 0.3) < 0.015
+    assert abs(sides.count("selection") / 20_000 - 0.2) < 0.015
 
 
 def test_partition_exact():
     items = [f"q{i}" for i in range(16)]
-    train, held_out = partition(items, lambda q: q)
-    assert held_out == ["q4", "q7", "q15"]
-    assert sorted(train + held_out) == sorted(items)
+    sides = partition(items, lambda q: q)
+    assert sides.test == ["q4", "q7", "q15"] and sides.selection == ["q5"]
+    assert sorted(sides.train + sides.selection + sides.test) == sorted(items)
 
 
 def test_side_index_positions_and_refusal():
-    index = SideIndex(lambda i: f"q{i}", side="held_out", size=3, distinct=True)
+    index = SideIndex(lambda i: f"q{i}", side="test", size=3, distinct=True)
     assert index.resolve_all() == [4, 7, 15]
-    tiny = SideIndex(lambda i: f"q{i % 16}", side="held_out", size=5, distinct=True,
+    # "held_out" is the old name of the test side
+    assert SideIndex(lambda i: f"q{i}", side="held_out", size=3).resolve_all() == [4, 7, 15]
+    assert SideIndex(lambda i: f"q{i}", side="selection", size=3).resolve_all() == [5, 17, 39]
+    tiny = SideIndex(lambda i: f"q{i % 16}", side="test", size=5, distinct=True,
                      size_field="config.task.eval_size")  # fmt: skip
     with pytest.raises(ValueError, match=r"config.task.eval_size=5 .* gave only 3 .*at most 3"):
         tiny.resolve_all()
+    tiny = SideIndex(lambda i: f"q{i % 16}", side="selection", size=2, distinct=True,
+                     size_field="config.task.eval_size")  # fmt: skip
+    with pytest.raises(ValueError, match=r"eval_size=2 .* selection side .* only 1 .*"
+                       r"at most 1.*config.task.selection_fraction\.$"):  # fmt: skip
+        tiny.resolve_all()
     with pytest.raises(ValueError, match="held_out_fraction=1.5"):
         SideIndex(lambda i: "", side="train", size=1, held_out_fraction=1.5)
-    with pytest.raises(ValueError, match="split='test'"):
-        SideIndex(lambda i: "", side="test", size=1)
+    with pytest.raises(ValueError, match="split='dev' must be one of"):
+        SideIndex(lambda i: "", side="dev", size=1)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
-def test_presets_never_share_a_question(name):
-    section = task_section(name)
-    held_out = task_pool(section, side="held_out")
-    assert len(held_out) == 200 and distinct_questions(ex.question for ex in held_out) == 200
+def test_sides_of_a_preset_are_disjoint_and_fixed():
+    section = task_section("gcd")
+    test = task_pool(section, side="test")
+    assert [ex.question for ex in task_pool(section, side="held_out")] == [
+        ex.question for ex in test
+    ]  # "held_out" is the old name of "test"
+    selection = task_pool(section, side="selection")
+    assert len(selection) == 200 and keys(selection) & keys(test) == set()
     for seed in (0, 1):
         pool = task_pool(section, side="train", seed=seed)
-        assert keys(pool) & keys(held_out) == set()
-        assert all(side_of(ex.question) == "train" for ex in pool)
-    # the held-out set does not move with the training seed
-    assert [ex.question for ex in task_pool(section, side="held_out", seed=7)] == [
-        ex.question for ex in held_out
+        assert keys(pool) & (keys(test) | keys(selection)) == set()
+    # the evaluation sets do not move with the training seed
+    assert [ex.question for ex in task_pool(section, side="test", seed=7)] == [
+        ex.question for ex in test
     ]
 
 
 @pytest.mark.parametrize("task", ["basic_arithmetic", "spell_backward"])
 def test_any_reasoning_gym_task_is_split(task):
     train = task_source(task, seed=0, size=1000, split="train")
-    held_out = task_source(task, seed=5, size=50, split="held_out")
+    held_out = task_source(task, seed=5, size=50, split="test")
     assert keys(train) & keys(held_out) == set()
     assert held_out[0].score(held_out[0].answer) == 1.0  # the task's own scorer still applies
 
 
-def test_too_small_question_space_stops_with_the_fix():
-    section = task_section("gcd", kwargs={"max_value": 30})  # 900 questions in all
+def test_too_small_problem_space_stops_with_the_fix():
+    section = task_section("gcd", kwargs={"max_value": 30})  # 465 unordered pairs in all
     with pytest.raises(ValueError) as error:
-        task_pool(section, side="held_out")
+        task_pool(section, side="selection")
     message = str(error.value)
-    assert "config.task.eval_size=200" in message and "gave only 80" in message
-    assert "config.task.kwargs" in message and "\n" not in message
-    assert len(task_pool(task_section("gcd", kwargs={"max_value": 30}, eval_size=80),
-                         side="held_out")) == 80  # fmt: skip
+    assert "config.task.eval_size=200" in message and "gave only 37" in message
+    assert "distinct problems on the selection side" in message
+    assert "config.task.kwargs" in message and "config.task.selection_fraction" in message
+    assert "\n" not in message
+    assert len(task_pool(task_section("gcd", kwargs={"max_value": 30}, eval_size=37),
+                         side="selection")) == 37  # fmt: skip
 
 
 def write_jsonl(path, questions):
@@ -112,10 +120,37 @@ def test_jsonl_sides_are_disjoint_and_cover_the_file(tmp_path):
     write_jsonl(path, [f"What is {i} plus {i}?" for i in range(300)])
     train = JsonlSource(path, split="train")
     held_out = JsonlSource(path, split="held_out")
-    assert keys(train) & keys(held_out) == set()
-    assert len(train) + len(held_out) == 300 and 10 < len(held_out) < 50
-    assert keys(train) | keys(held_out) == keys(JsonlSource(path))
+    selection = JsonlSource(path, split="selection")
+    assert keys(held_out) == keys(JsonlSource(path, split="test"))
+    assert keys(train) & keys(held_out) == keys(train) & keys(selection) == set()
+    assert keys(selection) & keys(held_out) == set()
+    assert len(train) + len(selection) + len(held_out) == 300
+    assert 10 < len(held_out) < 50 and 10 < len(selection) < 50
+    assert keys(train) | keys(held_out) | keys(selection) == keys(JsonlSource(path))
     assert "split='held_out'" in repr(held_out)
+
+
+def test_jsonl_split_by_a_problem_key(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    with open(path, "w") as f:  # "a and b" and "b and a": one problem under the key below
+        for a in range(30):
+            for b in range(a + 1, 30):
+                for x, y in ((a, b), (b, a)):
+                    line = {"question": f"gcd of {x} and {y}?", "answer": "1", "pair": [x, y]}
+                    f.write(json.dumps(line) + "\n")
+    sides = {
+        side: JsonlSource(path, split=side, problem_key=pair_key)
+        for side in ("train", "selection", "test")
+    }
+    pairs = {side: {pair_key(ex.metadata) for ex in source} for side, source in sides.items()}
+    assert pairs["train"] & pairs["test"] == pairs["train"] & pairs["selection"] == set()
+    assert len(sides["test"]) == 2 * len(pairs["test"])  # both orders of a pair on one side
+    by_text = JsonlSource(path, split="test")
+    assert {pair_key(ex.metadata) for ex in by_text} & pairs["train"]  # text splits twins
+
+
+def pair_key(record):
+    return " ".join(str(n) for n in sorted(record["pair"]))
 
 
 def test_jsonl_duplicate_questions_are_refused(tmp_path):

@@ -31,9 +31,14 @@ PROMPT = "<rendered prompt>"
 LCM_HACK = "LCM(2, 4)\nLCM(2, 4)\nThe LCM(2, 4) is the smallest multiple of"  # docs/recipe.md
 
 
+# The gcd and lcm presets' ranges when these examples were picked (each item depends on its
+# index and the range alone).
+RANGES = {"gcd": {"max_value": 60}, "lcm": {"max_value": 50}}
+
+
 def _example(task: str, index: int, question_end: str) -> Example:
     """Example `index` of the task's preset at seed 0 (each item depends on its index alone)."""
-    example = task_source(task, seed=0, size=index + 1)[index]
+    example = task_source(task, seed=0, size=index + 1, overrides=RANGES.get(task))[index]
     assert example.question.endswith(question_end), example.question
     return example
 
