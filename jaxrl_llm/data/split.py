@@ -333,9 +333,9 @@ class SideIndex:
       unit: what a key stands for in errors ("questions", "problems").
 
     Raises:
-      ValueError (on the first position that cannot be found, or from `resolve_all`): the side
-      holds fewer than `size` (distinct) keys among `max_candidates` candidates; the message
-      says how many it found and what to change.
+      ValueError: on the first position that cannot be found, or from `resolve_all`: the side
+        holds fewer than `size` (distinct) keys among `max_candidates` candidates; the message
+        says how many it found and what to change.
     """
 
     def __init__(
