@@ -23,8 +23,9 @@ Sizes. The training pool is every train-side row (cycled by `PromptBatcher`; tra
 not apply). An evaluated side gives eval_size rows drawn with eval_seed, or the whole side, with
 one warning line, when it holds fewer. An empty side stops with the file and the share to change.
 
-A prompt that repeats another's (normalised case and spaces, across both files) stops the run
-with both places: it would count twice in an accuracy, or sit on two sides.
+A prompt that repeats another's (normalised case and spaces, across both files), or a held-out
+row whose `key_column` a train row shares, stops the run with both places: it would count twice
+in an accuracy, or sit on two sides.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from jaxrl_llm.data.split import (
     check_side,
     duplicate_questions,
     empty_side_error,
+    normalize_question,
     side_of,
 )
 from jaxrl_llm.data.user_rows import DataRow, read_rows
@@ -171,6 +173,18 @@ def _check_repeats(prompts: list[_Prompt]) -> None:
         )
 
 
+def _check_held_out_keys(train: list[_Prompt], held_out: list[_Prompt], column: str) -> None:
+    """A held-out problem (by `key_column`) must not be trained on."""
+    trained = {normalize_question(p.key): p for p in train}
+    for prompt in held_out:
+        seen = trained.get(normalize_question(prompt.key))
+        if seen is not None:
+            raise ValueError(
+                f"{prompt.row.where} has the {column!r} {prompt.key!r} of {seen.row.where}: "
+                "a held-out problem would be trained on; drop one of the rows."
+            )
+
+
 def _examples(prompts: list[_Prompt], name: str) -> list[Example]:
     return [
         Example(
@@ -250,6 +264,8 @@ def _load(data: Mapping[str, Any], name: str, fractions: tuple[float, float]) ->
     held_out = _read(data["held_out"], data, f"{_FIELD}.held_out") if data.get("held_out") else []
     has_answers = _check_answers(train + held_out, data["answer_column"])
     _check_repeats(train + held_out)
+    if held_out and data.get("key_column"):
+        _check_held_out_keys(train, held_out, data["key_column"])
     test_share, selection_share = fractions
     sides: dict[str, list[_Prompt]] = {side: [] for side in SIDES}
     for prompt in train:

@@ -52,6 +52,13 @@ def test_prompt_in_both_train_and_held_out_files_is_a_repeat(tmp_path):
         load_user_data(section(train, held))
 
 
+def test_held_out_row_sharing_a_train_rows_key_is_refused(tmp_path):
+    train = write_prompts([{**r, "k": str(r["answer"])} for r in rows(5)], tmp_path / "t.jsonl")
+    held = write_prompts([{"prompt": "Two plus two?", "answer": 4, "k": "4"}], tmp_path / "h.jsonl")
+    with pytest.raises(ValueError, match=f"^{held}:1 has the 'k' '4' of {train}:3: a held-out"):
+        load_user_data(section(train, held, data={"key_column": "k"}))
+
+
 @pytest.mark.parametrize(
     "prompt, expected",
     [
