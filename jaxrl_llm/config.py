@@ -437,12 +437,14 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"config.rollout.prefix_sharing={config.rollout.prefix_sharing!r} must be one of "
             f"{PREFIX_SHARING_MODES}."
         )
+    from jaxrl_llm.data.config import validate_data_section
     from jaxrl_llm.data.presets import resolve_task, task_pool
     from jaxrl_llm.data.split import (
         DEFAULT_SELECTION_FRACTION,
         check_side_fractions,
         check_split_by,
     )
+    from jaxrl_llm.data.user_data import uses_user_data
     from jaxrl_llm.envs.config import validate_env_section
     from jaxrl_llm.envs.task_registry import has_own_data
 
@@ -453,8 +455,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         prefix="config.task.",
     )
     check_split_by(config.task.get("split_by", "problem"))
+    validate_data_section(config)
     if not has_own_data(config.env.name):  # else the episode task makes its examples
-        resolve_task(config.task.name, config.task.kwargs.to_dict())  # names a bad task or field
+        if not uses_user_data(config.task):  # else config.task.name only labels the data
+            resolve_task(config.task.name, config.task.kwargs.to_dict())  # a bad task or field
         # a test or selection side too small for eval_size stops the run here, before the
         # model loads
         task_pool(config.task, side="test")

@@ -137,6 +137,7 @@ def _adversarial_table(result) -> str:
 
 
 def main(argv):
+    """absl's entry point: evaluates the run, checkpoint or model the flags name."""
     del argv
     from jaxrl_llm.evals import EvalSettings, Evaluator, get_scorer, markdown_table, robustness
     from jaxrl_llm.metrics import MetricsWriter

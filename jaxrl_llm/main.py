@@ -53,6 +53,7 @@ _CACHE = flags.DEFINE_string(
 
 
 def main(argv):
+    """absl's entry point: validates the config from the flags, then runs its stage."""
     del argv
     from jaxrl_llm.runners import run_stage, validate_stage
 

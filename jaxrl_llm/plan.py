@@ -82,6 +82,7 @@ def _overrides(argv: list[str]) -> dict[str, object]:
 
 
 def main(argv):
+    """absl's entry point: plans the config on the topology the flags name (module docstring)."""
     if _CONFIG.value is None or _TOPOLOGY.value is None:
         raise app.UsageError("--config and --topology are required.")
     if _SAVE_EXECUTABLES.value and not _OUT.value:

@@ -613,6 +613,7 @@ def _host(summary: Mapping[str, Any]) -> str:
 
 
 def percent_cell(interval: Interval, signed: bool = False) -> str:
+    """A fraction's interval as a cell in percent: `12.5 [4.0, 21.0]`, or `+12.5 [+4.0, +21.0]`."""
     sign = "+" if signed else ""
     return (
         f"{100 * interval.mean:{sign}.1f} [{100 * interval.low:{sign}.1f}, "

@@ -94,7 +94,7 @@ def parse_seeds(text: str) -> list[int]:
     """The seeds of a command-line list "0,1,2" (or a range "0-4"), in order, without repeats.
 
     Raises:
-      ValueError naming the bad item and the expected form.
+      ValueError: naming the bad item and the expected form.
     """
     return parse_int_list(text, flag="--seeds")
 
@@ -104,7 +104,7 @@ def parse_int_list(text: str, *, flag: str) -> list[int]:
     repeats (`--seeds`, `launch --only`).
 
     Raises:
-      ValueError naming `flag`, the bad item and the expected form.
+      ValueError: naming `flag`, the bad item and the expected form.
     """
     values_out: list[int] = []
     for item in (part.strip() for part in text.split(",")):
@@ -146,7 +146,10 @@ def load_sweep(path: str) -> list[Trial]:
     """Calls `sweep()` of a sweep file and checks it returns a non-empty list of dicts.
 
     Raises:
-      FileNotFoundError, AttributeError (no `sweep()`), TypeError / ValueError (bad trials).
+      FileNotFoundError: no such file.
+      AttributeError: the file defines no `sweep()`.
+      TypeError: a trial is not a dict with string keys.
+      ValueError: `sweep()` returned something other than a non-empty list.
     """
     module = load_module(path, kind="sweep")
     if not callable(getattr(module, "sweep", None)):
@@ -176,7 +179,7 @@ def check_trials(
       The trials' validated configs.
 
     Raises:
-      ValueError naming the trial, the key and the fix (unknown keys list close matches).
+      ValueError: naming the trial, the key and the fix (unknown keys list close matches).
     """
     from jaxrl_llm.runners.stages import load_config
 

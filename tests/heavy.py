@@ -15,12 +15,15 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # Whole runs of the tiny model through a runner: the default run keeps one whole GRPO run
     # with its resume (tests/runners/test_grpo_run.py), the PRM stage
     # (test_process_reward_model_run.py::test_the_stage_labels_steps_by_monte_carlo_and_trains),
-    # the quickstart notebook (test_notebooks.py::test_01_quickstart_tiny), the labelling
-    # journal's replay on a stand-in decode (test_sample_journal.py) and each runner's and
-    # algorithm's unit tests on hand-made arrays.
+    # the quickstart notebook (test_notebooks.py::test_01_quickstart_tiny; the other notebooks'
+    # runs are here), the README's new algorithm run (test_readme_example.py), the labelling
+    # journal's replay on a stand-in decode (test_sample_journal.py), a user's data's sets and
+    # batches (test_user_data_run.py::test_eval_sets_batches_and_reward_columns_come...) and
+    # each runner's and algorithm's unit tests on hand-made arrays.
     "whole runs": (
         "tests/algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration",
         "tests/benchmarks/test_time_to_accuracy.py::test_our_side_gives_a_curve",
+        "tests/data/test_user_data_run.py::test_tiny_grpo_run_trains_and_evaluates_on_user",
         "tests/envs/test_episode_runner.py::test_episode_run_trains_and_resumes[multi_if_tiny]",
         "tests/envs/test_episode_runner.py::test_episodes_run_asynchronously_within_the_staleness",
         "tests/evals/test_suite.py::test_robustness_runs_end_to_end",
@@ -51,6 +54,8 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/training/test_mixed_precision.py::test_twenty_adamw_steps_at_1e6_move_every",
         "tests/training/test_sft.py::test_training_lowers_the_loss_and_raises_token_accuracy",
         "tests/workflow/test_gin_bindings.py::test_gin_file_changes_the_clip_range_and_estimator",
+        "tests/workflow/test_notebooks.py::test_02_grpo_tiny",
+        "tests/workflow/test_notebooks.py::test_03_custom_loss",
         "tests/workflow/test_notebooks.py::test_04_multi_turn_episode",
         "tests/workflow/test_sweep_launch.py::test_two_trial_sweep_writes_a_summary_table",
     ),

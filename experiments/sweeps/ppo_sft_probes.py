@@ -15,6 +15,9 @@ policy's low entropy, critic warm-up before the actor moves, advantage whitening
 weight, the learning rate and the batch size.
 """
 
+# The tiny config of the same shape, which tests validate these trials against.
+TINY_CONFIG = "experiments/configs/ppo_prm_steps_tiny.py"
+
 # The `--set` flags above make every probe success-only (no process reward model: the summed
 # placement without one is plain PPO), 12 steps, evaluated every 4.
 

@@ -1,4 +1,5 @@
-"""Prompt sources (reasoning-gym, JSONL, tfds), chat rendering and resumable batching.
+"""Prompt sources (reasoning-gym, JSONL, tfds, a user's own data), chat rendering and
+resumable batching.
 
 Every source is a finite, indexable collection of `Example`s; `Example.score(candidate)` applies the
 source's own scorer to an extracted answer.
@@ -22,7 +23,13 @@ from jaxrl_llm.data.presets import (
     task_source,
 )
 from jaxrl_llm.data.problem_keys import problem_key_for, register_problem_key
-from jaxrl_llm.data.prompts import ChatTemplate, render_prompt
+from jaxrl_llm.data.prompts import (
+    CHAT_ROLES,
+    ChatTemplate,
+    check_messages,
+    prompt_messages,
+    render_prompt,
+)
 from jaxrl_llm.data.reasoning_gym_source import ReasoningGymSource, reasoning_gym_tasks
 from jaxrl_llm.data.scoring import (
     math_answer_score,
@@ -43,11 +50,23 @@ from jaxrl_llm.data.split import (
     side_of,
 )
 from jaxrl_llm.data.tfds_source import JsonlPromptBuilder, TfdsSource
+from jaxrl_llm.data.user_data import (
+    UserData,
+    conversation_text,
+    load_user_data,
+    user_pool,
+    uses_user_data,
+    write_prompts,
+)
+from jaxrl_llm.data.user_rows import DATA_FORMATS, DataRow, read_rows
 
 __all__ = [
+    "CHAT_ROLES",
     "ChatTemplate",
+    "DATA_FORMATS",
     "DEFAULT_HELD_OUT_FRACTION",
     "DEFAULT_SELECTION_FRACTION",
+    "DataRow",
     "Example",
     "JsonlPromptBuilder",
     "JsonlRecord",
@@ -61,8 +80,12 @@ __all__ = [
     "Sides",
     "TaskPreset",
     "TfdsSource",
+    "UserData",
+    "check_messages",
+    "conversation_text",
     "distinct_questions",
     "final_answer",
+    "load_user_data",
     "math_answer_score",
     "math_equal",
     "normalize_number",
@@ -70,8 +93,10 @@ __all__ = [
     "parse_math",
     "partition",
     "problem_key_for",
+    "prompt_messages",
     "question_id",
     "read_prompt_jsonl",
+    "read_rows",
     "reasoning_gym_tasks",
     "register_preset",
     "register_problem_key",
@@ -81,5 +106,8 @@ __all__ = [
     "task_names",
     "task_pool",
     "task_source",
+    "user_pool",
+    "uses_user_data",
     "verify_parsed",
+    "write_prompts",
 ]

@@ -2,14 +2,41 @@
 
 The task names a preset of `jaxrl_llm.data.presets` (or any reasoning-gym task); the training
 pool, the selection prompts and the test prompts are drawn from the three sides of a hash split
-of its problems (`jaxrl_llm.data.split`).
+of its problems (`jaxrl_llm.data.split`). With `data.train` set, the prompts are the user's own
+rows instead (`jaxrl_llm.data.user_data`; docs/user_data.md), split by the same rule.
 """
 
 from __future__ import annotations
 
 import ml_collections
 
-__all__ = ["task_section"]
+__all__ = ["data_section", "task_section", "validate_data_section"]
+
+
+def data_section() -> ml_collections.ConfigDict:
+    """The default `config.task.data`: no file of the user's (the task preset's prompts)."""
+    c = ml_collections.ConfigDict()
+    # The user's prompts: a .jsonl/.json, .parquet or .arrow file, a directory written by
+    # datasets' save_to_disk ("DIR:SPLIT" for one split of a DatasetDict), or
+    # "tfds:<file.jsonl>"; read offline. "" = the task preset's. config.task.name then only
+    # labels the set in metrics and reports. The train side is every train-side row
+    # (train_size does not apply); eval_size rows of the test side are evaluated.
+    c.train = ""
+    # A held-out file (same formats): the test side; the selection side is then carved from
+    # `train` by the hash rule. "" = all three sides from `train` by the presets' split rule.
+    c.held_out = ""
+    # The column holding the prompt: a string, or chat messages [{"role", "content"}, ...]
+    # (system / user / assistant, ending with the user's), rendered as that conversation.
+    c.prompt_column = "prompt"
+    # The column holding the reference answer; rows may lack it (all of them) only when
+    # config.rewards.task_weight=0. Every other column reaches the reward functions.
+    c.answer_column = "answer"
+    # A column whose value is a row's problem key (rows sharing one land on one side);
+    # "" = the prompt text.
+    c.key_column = ""
+    # "auto" (from the path), "jsonl", "json", "parquet", "arrow", "dataset" or "tfds".
+    c.format = "auto"
+    return c
 
 
 def task_section() -> ml_collections.ConfigDict:
@@ -43,4 +70,38 @@ def task_section() -> ml_collections.ConfigDict:
     c.system_prompt = ml_collections.FieldReference(None, field_type=str)
     # Text appended to every question.
     c.instruction_suffix = ""
+    # Prompts of the user's own (a file or a saved dataset) instead of the preset's.
+    c.data = data_section()
     return c
+
+
+def validate_data_section(config: ml_collections.ConfigDict) -> None:
+    """Reads `config.task.data` (if set) and raises one line naming the field or file at
+    fault and the fix; the run's evaluated sides are checked by `presets.task_pool`.
+
+    Example:
+      >>> validate_data_section(config)   # config.task.data.train="prompts.jsonl"
+    """
+    from jaxrl_llm.data.user_data import load_user_data, user_pool, uses_user_data
+    from jaxrl_llm.data.user_rows import DATA_FORMATS
+
+    data = config.task.get("data")
+    if not uses_user_data(config.task):
+        if data and data.get("held_out"):
+            raise ValueError(
+                f"config.task.data.held_out={data.held_out!r} needs config.task.data.train "
+                "(the prompts trained on)."
+            )
+        return
+    if data.format not in DATA_FORMATS or not data.prompt_column or not data.answer_column:
+        raise ValueError(
+            f"config.task.data.format={data.format!r} must be one of {DATA_FORMATS}, and "
+            "config.task.data.prompt_column / answer_column non-empty."
+        )
+    if not load_user_data(config.task).has_answers and config.rewards.task_weight:
+        raise ValueError(
+            f"config.task.data.train={data.train!r} has no answer column "
+            f"{data.answer_column!r}: name it with config.task.data.answer_column, or set "
+            "config.rewards.task_weight=0 and score with your own config.rewards.functions."
+        )
+    user_pool(config.task, side="train", seed=config.seed)  # an empty train side stops here

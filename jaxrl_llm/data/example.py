@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from jaxrl_llm.data import scoring
@@ -57,6 +58,9 @@ class Example:
         object of a JSONL line); the source's scorer may read it.
       scorer: `(candidate, example) -> float`; None means numeric / math-verify equality with
         `answer` (`scoring.math_answer_score`). Not part of equality or the repr.
+      messages: the prompt as a chat conversation (`{"role", "content"}` dicts, the last the
+        user's), rendered instead of `question` (`jaxrl_llm.data.render_prompt`); None for a
+        one-message prompt. `question` then holds the conversation as text.
 
     Example:
       >>> ex = Example(question="2 + 3 =", answer="5", source="hand", index=0)
@@ -70,6 +74,9 @@ class Example:
     index: int
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
     scorer: Scorer | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+    messages: tuple[Mapping[str, str], ...] | None = dataclasses.field(
+        default=None, hash=False, repr=False
+    )
 
     def score(self, candidate: str | None) -> float:
         """Scores an already extracted candidate answer with the source's scorer.

@@ -24,6 +24,7 @@ from jaxrl_llm.data.split import (
 __all__ = [
     "JsonlRecord",
     "JsonlSource",
+    "as_text",
     "check_no_duplicates",
     "final_answer",
     "json_objects",
@@ -64,7 +65,16 @@ class JsonlRecord(NamedTuple):
     raw: dict[str, Any]
 
 
-def _as_text(value: Any, *, key: str, where: str) -> str:
+def as_text(value: Any, *, key: str, where: str) -> str:
+    """A field's value as text: a string as is, a number written out (not a bool).
+
+    Raises:
+      ValueError: another type (names `where`, e.g. "data.jsonl:3", and the key).
+
+    Example:
+      >>> as_text(72, key="answer", where="gsm8k.jsonl:1")
+      '72'
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -113,10 +123,14 @@ def write_jsonl(path: str | os.PathLike, objects: Iterable[dict[str, Any]]) -> i
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     count = 0
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for obj in objects:
-            f.write(json.dumps(obj) + "\n")
-            count += 1
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            for obj in objects:
+                f.write(json.dumps(obj) + "\n")
+                count += 1
+    except BaseException:  # a bad object: leave no half file behind
+        os.remove(path + ".tmp")
+        raise
     os.replace(path + ".tmp", path)
     return count
 
@@ -143,8 +157,8 @@ def read_prompt_jsonl(
                     f"{where}: missing key {key!r}; the line has keys {sorted(raw)}. "
                     "Pass question_key= / answer_key= to read other field names."
                 )
-        question = _as_text(raw[question_key], key=question_key, where=where)
-        answer = final_answer(_as_text(raw[answer_key], key=answer_key, where=where))
+        question = as_text(raw[question_key], key=question_key, where=where)
+        answer = final_answer(as_text(raw[answer_key], key=answer_key, where=where))
         records.append(JsonlRecord(line_number, question, answer, raw))
     return records
 

@@ -40,6 +40,7 @@ from jaxrl_llm.data.split import (
     DEFAULT_SELECTION_FRACTION,
     check_side,
 )
+from jaxrl_llm.data.user_data import user_pool, uses_user_data
 
 __all__ = [
     "PRESETS",
@@ -298,7 +299,9 @@ def task_pool(
       eval_seed: the evaluation draw's seed, instead of the section's `eval_seed`.
 
     Returns:
-      A `ReasoningGymSource` on that side of the hash split (`jaxrl_llm.data.split`).
+      A `ReasoningGymSource` on that side of the hash split (`jaxrl_llm.data.split`); with
+      `task_section.data.train` set (and `name` the run's task), a list of the user's
+      examples on that side instead (`jaxrl_llm.data.user_data.user_pool`).
 
     Raises:
       ValueError: the side holds too few problems (names `config.task.eval_size` or
@@ -310,6 +313,8 @@ def task_pool(
       >>> test = task_pool(config.task, side="test")            # reported figures
     """
     own = name is None or name == task_section.name
+    if own and uses_user_data(task_section):  # config.task.data: the user's rows
+        return user_pool(task_section, side=side, seed=seed, size=size, eval_seed=eval_seed)
     kwargs = task_section.kwargs
     overrides = (kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs)) if own else None
     side = check_side(side, field="task_pool side")

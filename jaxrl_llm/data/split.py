@@ -50,6 +50,7 @@ __all__ = [
     "check_split_by",
     "distinct_questions",
     "duplicate_questions",
+    "empty_side_error",
     "normalize_question",
     "partition",
     "side_of",
@@ -278,12 +279,37 @@ def side_rows(
     )
     rows = getattr(sides, side)
     if not rows:
-        raise ValueError(
-            f"{describe}: no question of its {len(items)} lies on the {side} side of the hash "
-            f"split ({100 * held_out_fraction:g}% test, {100 * selection_fraction:g}% "
-            f"selection). Add examples, or change {_FRACTION_FIELD[side]}."
+        raise empty_side_error(
+            describe,
+            len(items),
+            side=side,
+            held_out_fraction=held_out_fraction,
+            selection_fraction=selection_fraction,
         )
     return rows
+
+
+def empty_side_error(
+    describe: str,
+    count: int,
+    *,
+    side: str,
+    held_out_fraction: float,
+    selection_fraction: float,
+) -> ValueError:
+    """The error of a finite collection with no item on `side`: one line naming `describe`
+    (e.g. the file), its `count` items, the shares and the config field to change.
+
+    Example:
+      >>> str(empty_side_error("a.jsonl", 3, side="test", held_out_fraction=0.1,
+      ...                      selection_fraction=0.1))[:52]
+      'a.jsonl: no question of its 3 lies on the test side'
+    """
+    return ValueError(
+        f"{describe}: no question of its {count} lies on the {side} side of the hash "
+        f"split ({100 * held_out_fraction:g}% test, {100 * selection_fraction:g}% "
+        f"selection). Add examples, or change {_FRACTION_FIELD[side]}."
+    )
 
 
 class SideIndex:
@@ -307,9 +333,9 @@ class SideIndex:
       unit: what a key stands for in errors ("questions", "problems").
 
     Raises:
-      ValueError (on the first position that cannot be found, or from `resolve_all`): the side
-      holds fewer than `size` (distinct) keys among `max_candidates` candidates; the message
-      says how many it found and what to change.
+      ValueError: on the first position that cannot be found, or from `resolve_all`: the side
+        holds fewer than `size` (distinct) keys among `max_candidates` candidates; the message
+        says how many it found and what to change.
     """
 
     def __init__(

@@ -10,31 +10,42 @@ run's log and metrics):
   /dev (device nodes only) and /proc/sys; no /sys, /etc, /home, /root, /work or host /tmp: no
   run directory, checkpoint, task data or answers. The only writable places are two tmpfs of
   `disk_mb` MiB each, /tmp (the working directory and HOME) and /dev/shm, whose pages count
-  against `memory_mb` (RLIMIT_FSIZE caps one file at 64 MiB).
+  against `memory_mb` (RLIMIT_FSIZE caps one file at 64 MiB). The script is copied in from a
+  memory file and bubblewrap reads its options from another (`--args`): nothing of the call is
+  written to the host's disk, and no host path of the library, its venv or the call shows
+  inside (/proc/1/cmdline, /proc/self/mountinfo), only the interpreter's install, mounted
+  where it is, and the host's block device named in mountinfo.
 - user and kernel: uid 65534, never mapped to host root even when the library runs as root
   (`sandbox_user`), no capabilities, no new user namespaces, and a seccomp filter refusing
-  namespaces, mounts, keyrings, bpf, ptrace and the like (`sandbox_seccomp`).
+  namespaces, mounts, keyrings, bpf, ptrace, inotify and the like, and sockets of any family
+  but AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (`sandbox_seccomp`).
 - network, processes, IPC, hostname: unshared namespaces; the network namespace has only its
   own loopback, so every connection to the host or beyond fails; the pid namespace shows only
   the code's processes (not the parent's /proc/PID/environ) and dies with it.
-- processes and memory of the whole tree: a cgroup per call (`sandbox_limits`, `max_processes`
-  and `memory_mb` for all processes and their tmpfs together; the kernel's OOM killer ends the
-  tree at the limit; the group is removed after every call, retried and checked), or a
-  watchdog polling /proc where cgroups are not writable. RLIMIT_AS = `memory_mb` per process
-  too, so a single huge allocation fails with MemoryError in the child; RLIMIT_NOFILE = 1024.
+- tasks and memory of the whole tree: `max_processes` tasks (processes and threads) by the
+  code's RLIMIT_NPROC, which the kernel counts for this call alone (`sandbox_user`); a cgroup
+  per call (`sandbox_limits`, `max_processes` and `memory_mb` for all processes, their kernel
+  buffers and their tmpfs together; the kernel's OOM killer ends the tree at the limit; the
+  group is removed after every call, retried and checked), or a watchdog polling /proc where
+  cgroups are not writable, which counts process memory and tmpfs but not kernel buffers
+  (socket and pipe queues): not a memory bound against hostile code, as its `describe()` line
+  says. RLIMIT_AS = `memory_mb` per process too, so a single huge allocation fails with
+  MemoryError in the child; RLIMIT_NOFILE = 1024.
 - time: a wall-clock limit of `timeout_s` (the tree is killed), RLIMIT_CPU = ceil(timeout_s) + 1
   CPU seconds per process as a backstop.
 - environment: cleared except PATH, HOME/TMPDIR=/tmp, LANG/LC_ALL=C.UTF-8 and one-thread BLAS
   settings; stdin is /dev/null.
 - output: stdout and stderr are read by threads that keep at most 4 * max_output_chars bytes
-  each (the head of stdout, the tail of stderr), so gigabytes of output cannot fill the host.
+  each (the head of stdout, the tail of stderr), so gigabytes of output cannot fill the host;
+  control characters but newline and tab come back as escapes (`sandbox_output`).
 
 Where no safe isolation works (no bubblewrap, or user namespaces refused), `run_python` and the
 tool refuse to run (`SandboxUnavailableError`, saying what is missing and how to get it) unless
 the caller passes `unsafe=True` (`config.env.sandbox_unsafe`): then the code runs with the old,
 weak isolation ("namespaces": `unshare` user + network + pid namespaces, the host's files
 visible; "process group": nothing but a Python-level socket block), in a private host temporary
-directory that is removed afterwards.
+directory that is removed afterwards, or by the next process if this one is killed
+(`sandbox_workdir`).
 
 Example:
   >>> run_python("print(6 * 7)")
@@ -45,14 +56,12 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import re
 import resource
-import shutil
 import signal
 import subprocess
-import tempfile
-import threading
 import time
 from typing import NamedTuple
 
@@ -66,9 +75,12 @@ from jaxrl_llm.envs.sandbox_isolation import (
     clean_traceback,
     interpreter,
     isolation,
+    python_command,
     require_safe,
 )
 from jaxrl_llm.envs.sandbox_limits import TreeLimits
+from jaxrl_llm.envs.sandbox_output import CappedReader, decode_output
+from jaxrl_llm.envs.sandbox_workdir import make_workdir, remove_workdir
 from jaxrl_llm.envs.tools import Tool, ToolError, ToolTimeoutError
 
 __all__ = [
@@ -84,7 +96,6 @@ SANDBOX_STATUSES = ("ok", "error", "timeout", "memory", "killed")
 MAX_FILE_BYTES = 64 * 1024**2
 MAX_OPEN_FILES = 1024  # also bounds the kernel buffers (sockets, pipes) a process can hold
 _SCRIPT_NAME = "main.py"
-_READ_CHUNK_BYTES = 1 << 16
 # Seconds to wait for the output pipes to close and for a killed tree to be reaped.
 _CLEANUP_WAIT_S = 2.0
 # Seconds the "python" tool's caller waits beyond the sandbox's own limit (interpreter start,
@@ -92,8 +103,10 @@ _CLEANUP_WAIT_S = 2.0
 _TOOL_MARGIN_S = 5.0
 
 _INIT_SHELL = ("/bin/sh", "-c", '"$@"; exit $?', "sandbox-init")
-# Defaults of the whole tree: processes (threads count under a cgroup) and writable disk.
+# Defaults of the whole tree: tasks (processes and threads) and writable disk.
 MAX_PROCESSES = 64
+# Tasks of the tree that are not the code's: bubblewrap and its init in the sandbox.
+_LAUNCHER_TASKS = 2
 DISK_MB = 64
 
 # Run instead of `main.py` when the network must be blocked without a network namespace
@@ -155,37 +168,6 @@ def sandbox_isolation() -> str:
     return isolation().mode
 
 
-class _CappedReader:
-    """Reads a pipe to its end in a daemon thread, keeping the head or the tail of the bytes."""
-
-    def __init__(self, pipe, cap_bytes: int, *, keep_tail: bool):
-        self._pipe, self._cap, self._keep_tail = pipe, cap_bytes, keep_tail
-        self.data = bytearray()
-        self.total_bytes = 0
-        self._thread = threading.Thread(target=self._read, name="jaxrl_llm-sandbox-io", daemon=True)
-        self._thread.start()
-
-    def _read(self):
-        fd = self._pipe.fileno()
-        try:
-            while chunk := os.read(fd, _READ_CHUNK_BYTES):
-                self.total_bytes += len(chunk)
-                if self._keep_tail:
-                    self.data += chunk
-                    if len(self.data) > self._cap:
-                        del self.data[: len(self.data) - self._cap]
-                elif len(self.data) < self._cap:
-                    self.data += chunk[: self._cap - len(self.data)]
-        except OSError:
-            pass
-
-    def finish(self, timeout_s: float) -> tuple[bytes, bool]:
-        """(kept bytes, whether any were dropped) once the pipe closes or `timeout_s` passes."""
-        self._thread.join(timeout_s)
-        data = bytes(self.data)
-        return data, self.total_bytes > len(data)
-
-
 def _rlimits(timeout_s: float, memory_mb: int) -> list[tuple[int, tuple[int, int]]]:
     """The (resource, (soft, hard)) limits of the child, never above the host's hard limits."""
     cpu_s = math.ceil(timeout_s) + 1
@@ -228,21 +210,23 @@ class _Command(NamedTuple):
     cwd: str | None  # host working directory (unsafe modes), None inside bubblewrap
     env: dict[str, str]
     pid_namespace: bool  # the tree dies with its init; exit status > 128 is a signal
-    launch: Launch | None = None  # bubblewrap's descriptors (safe modes)
+    launch: Launch | None = None  # bubblewrap's binary and descriptors (safe modes)
 
 
-def _command(found: Isolation, workdir: str, *, network: bool, disk_mb: int) -> _Command:
-    """How to start `main.py` (written in the host's `workdir`) under `found`."""
+def _command(found: Isolation, code: str, workdir: str | None, *, network: bool, disk_mb: int,
+             max_processes: int) -> _Command:  # fmt: skip
+    """How to start `code` under `found`: copied into the sandbox (safe modes), or as `main.py`
+    written in the host's `workdir` (unsafe modes)."""
     python, _ = interpreter()
-    script = os.path.join(workdir, _SCRIPT_NAME)
     if found.safe:
-        launch = bwrap_launch(found, network=network, tmpfs_bytes=disk_mb * 1024**2)
         inside = os.path.join(SANDBOX_DIR, _SCRIPT_NAME)
-        argv = [*launch.argv, "--ro-bind", script, inside]
-        for key, value in _environment(SANDBOX_DIR).items():
-            argv += ["--setenv", key, value]
-        argv += launch.command(python, inside)
-        return _Command(argv, None, {}, pid_namespace=True, launch=launch)
+        command = python_command(python, inside, found.user.task_limit(max_processes))
+        launch = bwrap_launch(found, command, network=network, tmpfs_bytes=disk_mb * 1024**2,
+                              files=((inside, code.encode("utf-8")),),
+                              env=_environment(SANDBOX_DIR))  # fmt: skip
+        return _Command(launch.argv, None, {}, pid_namespace=True, launch=launch)
+    with open(os.path.join(workdir, _SCRIPT_NAME), "w", encoding="utf-8") as script:
+        script.write(code)
     prefix = found.unshare
     if network:
         prefix = tuple(flag for flag in prefix if flag != "--net")
@@ -258,6 +242,14 @@ def _command(found: Isolation, workdir: str, *, network: bool, disk_mb: int) -> 
     return _Command([*prefix, *init, *argv], workdir, _environment(workdir), pid_namespace)
 
 
+def _check_limits(caller: str, **limits: float) -> None:
+    """Raises ValueError naming the first limit that is not a positive number, and the fix."""
+    for name, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+            raise ValueError(f"{caller}: {name}={value!r} must be > 0; pass a positive number "
+                             "or leave the default.")  # fmt: skip
+
+
 def _kill_tree(process: subprocess.Popen) -> None:
     """Kills everything the run started and reaps `process`: its session's process group (the
     sandbox's init is in it; a pid namespace dies with its init)."""
@@ -266,25 +258,6 @@ def _kill_tree(process: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     process.wait()
-
-
-def _remove_tree(path: str) -> None:
-    """Removes a directory tree even where the code took away its own permissions."""
-    for root, dirs, _ in os.walk(path):
-        for name in dirs:
-            try:
-                os.chmod(os.path.join(root, name), 0o700)
-            except OSError:
-                pass
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _decode(data: bytes, max_chars: int, *, keep_tail: bool) -> tuple[str, bool]:
-    """The kept bytes as text cut to `max_chars` (head or tail), and whether it was cut."""
-    text = data.decode("utf-8", errors="replace")
-    if len(text) <= max_chars:
-        return text, False
-    return (text[-max_chars:], True) if keep_tail else (text[:max_chars], True)
 
 
 def run_python(
@@ -297,6 +270,7 @@ def run_python(
     max_processes: int = MAX_PROCESSES,
     disk_mb: int = DISK_MB,
     unsafe: bool = False,
+    mechanism: str = "",
 ) -> SandboxResult:
     """Runs `code` as a script in a fresh, isolated, limited Python process (module docstring).
 
@@ -307,16 +281,19 @@ def run_python(
         (> 0; numpy needs about 100).
       max_output_chars: characters kept of stdout (its head) and of stderr (its tail).
       network: allow network access (no network namespace and no socket block).
-      max_processes: processes the tree may hold at once (threads too, under a cgroup).
+      max_processes: tasks (processes and threads) the tree may hold at once.
       disk_mb: the size in MiB of each writable tmpfs (/tmp and /dev/shm); what they hold
         counts against `memory_mb` too.
       unsafe: run even where only an unsafe isolation works (see the module docstring).
+      mechanism: a safe mechanism to use ("bubblewrap+cgroup" or "bubblewrap+watchdog")
+        instead of the strongest this host has ("").
 
     Returns:
       A SandboxResult; it never raises for anything the code does.
 
     Raises:
       SandboxUnavailableError: no safe isolation here and `unsafe` is False.
+      ValueError: a limit is not positive, or `mechanism` is not one this host can give.
 
     Example:
       >>> result = run_python("while True: pass", timeout_s=1.0)
@@ -325,18 +302,15 @@ def run_python(
     """
     if not isinstance(code, str):
         raise TypeError(f"run_python: code must be a str, got {type(code).__name__}.")
-    for name, value in (("timeout_s", timeout_s), ("memory_mb", memory_mb),
-                        ("max_output_chars", max_output_chars), ("max_processes", max_processes),
-                        ("disk_mb", disk_mb)):  # fmt: skip
-        if not value > 0:
-            raise ValueError(f"run_python: {name}={value!r} must be > 0; pass a positive number "
-                             f"or leave the default.")  # fmt: skip
-    found = require_safe(unsafe=unsafe)
+    _check_limits("run_python", timeout_s=timeout_s, memory_mb=memory_mb,
+                  max_output_chars=max_output_chars, max_processes=max_processes,
+                  disk_mb=disk_mb)  # fmt: skip
+    found = require_safe(unsafe=unsafe, mechanism=mechanism)
     limits = _rlimits(timeout_s, memory_mb)
     tree = None
     if found.safe:
         mode = "cgroup" if found.mode == "bubblewrap+cgroup" else "watchdog"
-        tree = TreeLimits(max_processes, memory_mb * 1024**2, mode=mode,
+        tree = TreeLimits(max_processes + _LAUNCHER_TASKS, memory_mb * 1024**2, mode=mode,
                           tmpfs_dirs=WRITABLE_DIRS)  # fmt: skip
 
     def set_limits():  # in the child between fork and exec: join the cgroups, set rlimits
@@ -345,26 +319,28 @@ def run_python(
         for which, values in limits:
             resource.setrlimit(which, values)
 
-    workdir = tempfile.mkdtemp(prefix="jaxrl_llm_sandbox_")
+    workdir, workdir_lock = make_workdir() if not found.safe else (None, -1)
+    command, process = None, None
     try:
-        with open(os.path.join(workdir, _SCRIPT_NAME), "w", encoding="utf-8") as script:
-            script.write(code)
-        command = _command(found, workdir, network=network, disk_mb=disk_mb)
+        command = _command(found, code, workdir, network=network, disk_mb=disk_mb,
+                           max_processes=max_processes)  # fmt: skip
+        launch = command.launch
         start = time.perf_counter()
         try:
             process = subprocess.Popen(
-                command.argv, cwd=command.cwd, env=command.env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                preexec_fn=set_limits, pass_fds=command.launch.pass_fds if command.launch else (),
+                command.argv, executable=launch.executable if launch else None, cwd=command.cwd,
+                env=command.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=set_limits,
+                pass_fds=launch.pass_fds if launch else (),
             )  # fmt: skip
         finally:
-            if command.launch is not None:
-                command.launch.close()  # bwrap holds its own copy of the filter's pipe
+            if launch is not None:
+                launch.close()  # bwrap has read (or holds its own copy of) each of them
         if tree is not None:
             tree.watch(process.pid)
         cap_bytes = 4 * max_output_chars + 4
-        stdout_reader = _CappedReader(process.stdout, cap_bytes, keep_tail=False)
-        stderr_reader = _CappedReader(process.stderr, cap_bytes, keep_tail=True)
+        stdout_reader = CappedReader(process.stdout, cap_bytes, keep_tail=False)
+        stderr_reader = CappedReader(process.stderr, cap_bytes, keep_tail=True)
         try:
             process.wait(timeout=timeout_s)
             timed_out = False
@@ -382,11 +358,18 @@ def run_python(
     finally:
         if tree is not None:
             tree.close()
-        _remove_tree(workdir)
+        if command is not None and command.launch is not None:
+            # bwrap killed (a time-out, the watchdog, the OOM killer): its tree may linger
+            killed = process is not None and (process.returncode is None or process.returncode < 0)
+            command.launch.release(killed=killed)
+        if workdir is not None:
+            remove_workdir(workdir, workdir_lock)
 
-    stdout, stdout_cut = _decode(stdout_bytes, max_output_chars, keep_tail=False)
-    stderr, stderr_cut = _decode(stderr_bytes, max_output_chars, keep_tail=True)
-    stderr = stderr.replace(workdir + os.sep, "").replace(SANDBOX_DIR + os.sep, "")
+    stdout, stdout_cut = decode_output(stdout_bytes, max_output_chars, keep_tail=False)
+    stderr, stderr_cut = decode_output(stderr_bytes, max_output_chars, keep_tail=True)
+    if workdir is not None:
+        stderr = stderr.replace(workdir + os.sep, "")
+    stderr = stderr.replace(SANDBOX_DIR + os.sep, "")
     if command.launch is not None:
         stderr = clean_traceback(stderr)
     elif timed_out and command.pid_namespace:  # unshare complains when its child is killed
@@ -428,6 +411,7 @@ def python_sandbox_tool(
     memory_mb: int = 512,
     max_output_chars: int = 2000,
     unsafe: bool = False,
+    mechanism: str = "",
 ) -> Tool:
     """The "python" tool: one required string parameter "code", run by `run_python`.
 
@@ -442,18 +426,23 @@ def python_sandbox_tool(
       memory_mb: address-space limit per process, in MiB.
       max_output_chars: characters of output the model reads (plus a short headline).
       unsafe: accept an unsafe isolation where no safe one works (module docstring).
+      mechanism: a safe mechanism to use instead of the strongest (`run_python`).
 
     Raises:
       SandboxUnavailableError: at construction, when no safe isolation works and `unsafe` is
         False: the tool refuses to start rather than run model code weakly isolated.
+      ValueError: at construction, a limit that is not positive or a `mechanism` this host
+        cannot give.
 
     Example:
       >>> from jaxrl_llm.envs.tools import call_tool
       >>> call_tool({"python": python_sandbox_tool()}, "python", {"code": "print(2**10)"}).output
       '1024\\n'
     """
+    _check_limits("python_sandbox_tool", timeout_s=timeout_s, memory_mb=memory_mb,
+                  max_output_chars=max_output_chars)  # fmt: skip
     limit = f"{timeout_s:g} s"
-    require_safe(unsafe=unsafe)
+    require_safe(unsafe=unsafe, mechanism=mechanism)
 
     def run(code: str) -> str:
         result = run_python(
@@ -462,6 +451,7 @@ def python_sandbox_tool(
             memory_mb=memory_mb,
             max_output_chars=max_output_chars,
             unsafe=unsafe,
+            mechanism=mechanism,
         )
         if result.status == "ok":
             if not result.stdout:

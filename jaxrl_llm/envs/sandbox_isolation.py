@@ -6,12 +6,13 @@ Strongest first; `isolation()` probes each on a trivial command and keeps the fi
                          namespace unshared (user, pid, network, IPC, UTS, cgroup); the code as
                          uid 65534, never mapped to host root (`sandbox_user`), no capabilities,
                          under a seccomp filter (`sandbox_seccomp`); a file-system view of its
-                         own (below); a new session, killed with its parent; process count and
-                         memory of the whole tree, tmpfs pages included, bounded by a cgroup
-                         (`sandbox_limits`).
-  "bubblewrap+watchdog"  the same, the tree's processes and memory (its tmpfs contents
-                         included) bounded by a host thread polling /proc (where cgroups are
-                         not writable).
+                         own (below); a new session, killed with its parent; its tasks bounded
+                         by RLIMIT_NPROC; tasks and memory of the whole tree, tmpfs pages and
+                         kernel buffers included, bounded by a cgroup (`sandbox_limits`).
+  "bubblewrap+watchdog"  the same, the tree's tasks and memory (its tmpfs contents included,
+                         kernel buffers not: `WATCHDOG_MEMORY_CAVEAT`, logged when it is
+                         chosen) bounded by a host thread polling /proc (where cgroups are not
+                         writable).
   "namespaces"           UNSAFE: `unshare` user + network + pid namespaces only: the code sees
                          and can write the host's files as the host user.
   "process group"        UNSAFE: no namespaces; the network blocked at the Python level only.
@@ -20,7 +21,9 @@ The file-system view: read-only /usr and the interpreter's install; a fresh /pro
 (and bubblewrap's /proc/irq, /proc/bus) read-only; no /sys; a /dev of device nodes, read-only;
 a read-only root. The only writable places are two size-limited tmpfs, /tmp (the working
 directory and HOME) and /dev/shm; their pages are the call's memory (charged to its cgroup, or
-counted by the watchdog). No /etc, /home, /root, /work, no host /tmp.
+counted by the watchdog). No /etc, /home, /root, /work, no host /tmp. bubblewrap reads its
+options and the script from memory files (`Launch`), so nothing of a call is on the host's disk
+and no host path but the interpreter's shows inside.
 
 Why bubblewrap: it needs no root where unprivileged user namespaces work, ships as a 98 KB
 static binary in a wheel, and builds the view per call in about 10 ms (docs/multi_turn.md);
@@ -32,6 +35,7 @@ run only when the caller says `unsafe=True`.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import platform
 import re
@@ -43,8 +47,17 @@ from typing import NamedTuple
 from jaxrl_llm.envs.sandbox_limits import cgroups_work
 from jaxrl_llm.envs.sandbox_seccomp import SeccompFilter, seccomp_filter
 from jaxrl_llm.envs.sandbox_user import SANDBOX_GID, SANDBOX_UID, SandboxUser, sandbox_user
+from jaxrl_llm.envs.sandbox_workdir import sweep_stale_workdirs
+
+log = logging.getLogger(__name__)
 
 SAFE_MODES = ("bubblewrap+cgroup", "bubblewrap+watchdog")
+# What the watchdog's memory bound leaves out (said wherever it is the mechanism in use).
+WATCHDOG_MEMORY_CAVEAT = (
+    "; NOT SAFE FOR MEMORY: the watchdog counts process memory and tmpfs, not kernel buffers "
+    "(socket and pipe queues can take host memory past memory_mb); give this process a "
+    "writable cgroup (root, or a delegated cgroup v2 subtree) for the bubblewrap+cgroup bound"
+)
 UNSAFE_MODES = ("namespaces", "process group")
 # Where the sandbox's working directory (a tmpfs) is mounted, and the other writable tmpfs.
 SANDBOX_DIR = "/tmp"
@@ -64,10 +77,14 @@ _PROBE_CODE = (
 )
 _PROBE_EXPECTED = f"{SANDBOX_UID} {SANDBOX_GID} 2 {'0' * 16} {'0' * 16} 1"
 # How the code's interpreter starts the script: it first closes every descriptor beyond stdio
-# that bubblewrap passed on (bubblewrap keeps the user namespaces' open), then runs the script
-# as __main__; `clean_traceback` takes these frames out of what the model reads.
+# that bubblewrap passed on (bubblewrap keeps the user namespaces' open), bounds the tasks of
+# its uid (RLIMIT_NPROC: processes and threads), then runs the script as __main__;
+# `clean_traceback` takes these frames out of what the model reads.
 _RUN_SCRIPT = (
-    "import os, runpy, sys\nos.closerange(3, 2**31 - 1)\nsys.argv = sys.argv[1:]\n"
+    "import os, resource, runpy, sys\nos.closerange(3, 2**31 - 1)\n"
+    "n, hard = {max_tasks}, resource.getrlimit(resource.RLIMIT_NPROC)[1]\n"
+    "n = n if hard == resource.RLIM_INFINITY else min(n, hard)\n"
+    "resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\nsys.argv = sys.argv[1:]\n"
     "runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 _RUN_SCRIPT_FRAMES = re.compile(
@@ -113,10 +130,12 @@ class Isolation(NamedTuple):
         return {"bubblewrap+cgroup": 3, "bubblewrap+watchdog": 2, "namespaces": 1}.get(self.mode, 0)
 
     def describe(self) -> str:
-        """The mechanism, the user and the seccomp filter in one line, for the run's log."""
+        """The mechanism, the user and the seccomp filter in one line, for the run's log; for
+        the watchdog, what its memory bound leaves out."""
         if not self.safe:
             return f"{self.mode} (UNSAFE: {self.why_not_safe or 'no bubblewrap'})"
-        return f"{self.mode}; {self.user.describe()}; {self.seccomp.describe()}"
+        text = f"{self.mode}; {self.user.describe()}; {self.seccomp.describe()}"
+        return text + (WATCHDOG_MEMORY_CAVEAT if self.mode == "bubblewrap+watchdog" else "")
 
     def metrics(self) -> dict[str, float]:
         """Run metrics: env/sandbox_level (`level`) and env/sandbox_seccomp (1.0 when the
@@ -126,30 +145,62 @@ class Isolation(NamedTuple):
 
 
 class Launch(NamedTuple):
-    """One sandboxed start: `argv + [more bubblewrap options] + command_prefix + command`.
+    """One sandboxed start: `Popen(argv, executable=executable, pass_fds=pass_fds)`.
+
+    bubblewrap reads its options from a memory file (`--args FD`), so its command line, which
+    the code reads as /proc/1/cmdline, is "bwrap --args FD" and the command alone: no host path
+    of the library, its venv or the call.
 
     Attributes:
-      argv: bubblewrap and its options.
-      command_prefix: what goes right before the command (the drop to uid 65534, or nothing).
+      argv: "bwrap", "--args", the options' descriptor, then the command.
+      executable: the bubblewrap binary.
       pass_fds: descriptors the bubblewrap process must inherit.
-      seccomp_fd: this start's own pipe holding the filter; `close()` it once bwrap started.
+      own_fds: this start's own descriptors (options, files, filter); `close()` them once
+        bubblewrap started.
+      inner: the call's inner user namespace (root caller), None otherwise; `release()` it
+        once the tree is gone.
+      user: the user setup the namespace came from.
     """
 
     argv: list[str]
-    command_prefix: list[str]
+    executable: str
     pass_fds: tuple[int, ...]
-    seccomp_fd: int
-
-    def command(self, python: str, script: str) -> list[str]:
-        """What follows bubblewrap's options to run `script` (a path inside) with `python`."""
-        return [*self.command_prefix, python, "-I", "-X", "utf8", "-c", _RUN_SCRIPT, script]
+    own_fds: tuple[int, ...]
+    inner: int | None = None
+    user: SandboxUser | None = None
 
     def close(self) -> None:
-        """Closes this start's own descriptor (the shared namespace ones stay open)."""
-        try:
-            os.close(self.seccomp_fd)
-        except OSError:
-            pass
+        """Closes this start's own descriptors (the shared namespace ones stay open)."""
+        for fd in self.own_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def release(self, *, killed: bool) -> None:
+        """Gives the call's inner namespace back (retired when the tree was `killed`: tasks
+        not yet reaped would still count against the next call's RLIMIT_NPROC)."""
+        if self.inner is not None:
+            self.user.inner.give(self.inner, reuse=not killed)
+
+
+def python_command(python: str, script: str, max_tasks: int) -> list[str]:
+    """The command that runs `script` (a path inside) with `python`, at most `max_tasks`
+    tasks of the code's uid (RLIMIT_NPROC, set before the script starts)."""
+    return [python, "-I", "-X", "utf8", "-c", _RUN_SCRIPT.format(max_tasks=int(max_tasks)), script]
+
+
+def _memory_file(data: bytes) -> int:
+    """A descriptor of an anonymous memory file holding `data`, read from its start (no file
+    on any disk: nothing is left behind if this process is killed)."""
+    fd = os.memfd_create("jaxrl_llm-sandbox", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)  # a tmpfs file: one write takes it all
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def bwrap_binary() -> str | None:
@@ -167,21 +218,11 @@ def interpreter() -> tuple[str, str]:
     return os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
 
 
-def bwrap_launch(found: Isolation, *, network: bool, tmpfs_bytes: int,
-                 extra_ro: tuple[str, ...] = ()) -> Launch:  # fmt: skip
-    """How to start a command under `found` (a safe mode; module docstring).
-
-    Args:
-      found: the isolation, with its bubblewrap, user setup and seccomp filter.
-      network: keep the host's network (no network namespace).
-      tmpfs_bytes: the size of each writable tmpfs (/tmp and /dev/shm).
-      extra_ro: more host paths mounted read-only at the same place (e.g. a site-packages).
-    """
+def _view_options(*, network: bool, tmpfs_bytes: int, extra_ro: tuple[str, ...]) -> list[str]:
+    """bubblewrap's namespace and mount options (module docstring), before the call's files."""
     _, prefix = interpreter()
-    seccomp_fd = found.seccomp.pipe()
-    argv = [found.bwrap, *found.user.bwrap_args(), "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup", "--die-with-parent", "--new-session",
-            "--clearenv", "--hostname", "sandbox", "--seccomp", str(seccomp_fd),
+    argv = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+            "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
             "--ro-bind", "/usr", "/usr"]  # fmt: skip
     if not network:
         argv.append("--unshare-net")
@@ -205,9 +246,45 @@ def bwrap_launch(found: Isolation, *, network: bool, tmpfs_bytes: int,
     argv += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
     for path in (SHM_DIR, SANDBOX_DIR):
         argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_DIR]
-    return Launch(argv, found.user.command_prefix(),
-                  (*found.user.userns_fds, seccomp_fd), seccomp_fd)  # fmt: skip
+    return argv
+
+
+def bwrap_launch(found: Isolation, command: list[str], *, network: bool, tmpfs_bytes: int,
+                 files: tuple[tuple[str, bytes], ...] = (), env: dict[str, str] | None = None,
+                 extra_ro: tuple[str, ...] = ()) -> Launch:  # fmt: skip
+    """How to start `command` under `found` (a safe mode; module docstring).
+
+    Args:
+      found: the isolation, with its bubblewrap, user setup and seccomp filter.
+      command: what runs inside once the code's uid is set (e.g. `python_command`).
+      network: keep the host's network (no network namespace).
+      tmpfs_bytes: the size of each writable tmpfs (/tmp and /dev/shm).
+      files: (path inside, contents): read-only files bubblewrap copies in from memory files
+        (the script: never written to the host's disk).
+      env: the command's whole environment.
+      extra_ro: more host paths mounted read-only at the same place (e.g. a site-packages).
+    """
+    own, pool, inner = [], found.user.inner, None
+    try:
+        own.append(found.seccomp.pipe())
+        inner = pool.take() if pool is not None else None
+        options = [*found.user.bwrap_args(inner), "--seccomp", str(own[0]),
+                   *_view_options(network=network, tmpfs_bytes=tmpfs_bytes, extra_ro=extra_ro)]  # fmt: skip
+        for path, data in files:
+            own.append(_memory_file(data))
+            options += ["--perms", "0444", "--ro-bind-data", str(own[-1]), path]
+        for key, value in (env or {}).items():
+            options += ["--setenv", key, value]
+        options += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_DIR]
+        own.append(_memory_file(b"".join(arg.encode() + b"\0" for arg in options)))
+    except BaseException:
+        Launch([], found.bwrap, (), tuple(own)).close()
+        if inner is not None:
+            pool.give(inner, reuse=True)
+        raise
+    argv = ["bwrap", "--args", str(own[-1]), *found.user.command_prefix(), *command]
+    userns = sorted({*found.user.userns_fds, *([inner] if inner is not None else [])})
+    return Launch(argv, found.bwrap, (*userns, *own), tuple(own), inner, found.user)
 
 
 def clean_traceback(stderr: str) -> str:
@@ -215,11 +292,11 @@ def clean_traceback(stderr: str) -> str:
     return _RUN_SCRIPT_FRAMES.sub(lambda m: "" if m.group(2) else m.group(1), stderr)
 
 
-def _run(argv: list[str], pass_fds=()) -> tuple[str, str]:
+def _run(argv: list[str], pass_fds=(), executable: str | None = None) -> tuple[str, str]:
     """(stdout, why it failed: "" when it exited 0 within 20 s)."""
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
-                              pass_fds=pass_fds)  # fmt: skip
+                              pass_fds=pass_fds, executable=executable)  # fmt: skip
     except (OSError, subprocess.SubprocessError) as error:
         return "", str(error)
     if done.returncode == 0:
@@ -230,12 +307,13 @@ def _run(argv: list[str], pass_fds=()) -> tuple[str, str]:
 def _probe_bubblewrap(found: Isolation) -> str:
     """ "" when `found` runs the probe as it must (uid 65534, filter, no capabilities)."""
     python, _ = interpreter()
-    launch = bwrap_launch(found, network=False, tmpfs_bytes=1 << 20)
+    launch = bwrap_launch(found, [python, "-I", "-c", _PROBE_CODE], network=False,
+                          tmpfs_bytes=1 << 20)  # fmt: skip
     try:
-        out, why = _run([*launch.argv, *launch.command_prefix, python, "-I", "-c", _PROBE_CODE],
-                        pass_fds=launch.pass_fds)  # fmt: skip
+        out, why = _run(launch.argv, launch.pass_fds, launch.executable)
     finally:
         launch.close()
+        launch.release(killed=False)
     if why or out == _PROBE_EXPECTED:
         return why
     return f"the code ran as 'uid gid seccomp CapEff CapPrm NoNewPrivs' = {out!r}"
@@ -243,7 +321,9 @@ def _probe_bubblewrap(found: Isolation) -> str:
 
 @functools.cache
 def isolation() -> Isolation:
-    """The strongest isolation that works on this machine (probed once per process)."""
+    """The strongest isolation that works on this machine (probed once per process; first
+    removes the host directories of calls whose process was killed, `sweep_stale_workdirs`)."""
+    sweep_stale_workdirs()
     bwrap = bwrap_binary()
     why = "bubblewrap is not installed"
     if bwrap is not None and sys.platform.startswith("linux"):
@@ -256,7 +336,10 @@ def isolation() -> Isolation:
         else:
             why = _probe_bubblewrap(found)
             if not why:
-                return found._replace(mode="bubblewrap+cgroup") if cgroups_work() else found
+                if cgroups_work():
+                    return found._replace(mode="bubblewrap+cgroup")
+                log.warning("Python sandbox: %s", found.describe())
+                return found
             why = f"bubblewrap failed: {why}"
     unshare = shutil.which("unshare")
     if unshare is not None and sys.platform.startswith("linux"):
@@ -273,10 +356,25 @@ class SandboxUnavailableError(RuntimeError):
     """No safe isolation works here and the caller did not accept an unsafe one."""
 
 
-def require_safe(*, unsafe: bool) -> Isolation:
-    """The isolation to use; raises `SandboxUnavailableError` naming what is missing and how to
-    get it when only an unsafe mode works and `unsafe` is False."""
+def require_safe(*, unsafe: bool, mechanism: str = "") -> Isolation:
+    """The isolation to use: the strongest, or the safe `mechanism` named (one of
+    `SAFE_MODES`). Raises `SandboxUnavailableError` naming what is missing and how to get it
+    when only an unsafe mode works and `unsafe` is False, ValueError when `mechanism` is not a
+    safe mode or this host cannot give it."""
     found = isolation()
+    if mechanism:
+        if mechanism not in SAFE_MODES:
+            raise ValueError(f"sandbox mechanism={mechanism!r} must be one of {SAFE_MODES} or "
+                             "'' (the strongest this host has).")  # fmt: skip
+        if found.safe and (mechanism == "bubblewrap+watchdog" or found.mode == mechanism):
+            return found._replace(mode=mechanism)
+        have = found.mode if found.safe else f"only {found.mode!r}: {found.why_not_safe}"
+        raise ValueError(
+            f"sandbox mechanism={mechanism!r} cannot run on this host ({have}); leave it '' "
+            f"(the strongest this host has), or "
+            + ("give this process a writable cgroup (root, or a delegated cgroup v2 subtree)."
+               if found.safe else f"{_INSTALL_HINT}.")
+        )  # fmt: skip
     if found.safe or unsafe:
         return found
     raise SandboxUnavailableError(

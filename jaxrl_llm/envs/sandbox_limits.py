@@ -9,11 +9,14 @@ limit, and RLIMIT_NPROC counts the host user's processes (and is not enforced fo
              limit (EAGAIN in the child), the memory limit lets the kernel's OOM killer end the
              tree, and both are counted by the kernel, race-free. Needs a writable cgroup
              filesystem (root on these machines, or a delegated v2 subtree).
-  watchdog   a host thread polling the tree (/proc) every `poll_s`: more processes than the
-             limit, or more memory in total (proportional set sizes, so pages a fork shares
-             count once, plus what the sandbox's tmpfs hold: their used blocks and 1 KiB per
-             inode, read through /proc/PID/root), kills the whole tree. A fork bomb or an
-             allocation burst can overshoot between two polls (bounded by the poll interval).
+  watchdog   a host thread polling the tree (/proc) every `poll_s`: more tasks (processes
+             and their threads) than the limit, or more memory in total (proportional set
+             sizes, so pages a fork shares count once, plus what the sandbox's tmpfs hold:
+             their used blocks and 1 KiB per inode, read through /proc/PID/root), kills the
+             whole tree. An allocation burst can overshoot between two polls (bounded by the
+             poll interval); tasks cannot, the code's RLIMIT_NPROC refuses them
+             (`sandbox_user`). Kernel buffers (socket and pipe queues) are not counted: the
+             watchdog is no memory bound against code that fills them.
 
 The sandbox joins its group between fork and exec (`TreeLimits.join`, in the child), so
 everything the code starts is in it. `close()` kills what is left, waits until the groups hold
@@ -236,19 +239,22 @@ def sweep_stale_groups(min_age_s: float = 60.0) -> int:
     return removed
 
 
-def _tree(root: int) -> list[int]:
-    """`root` and all its descendants, from /proc (children lists)."""
-    out, stack = [], [root]
+def _tree(root: int) -> tuple[list[int], int]:
+    """`root` and all its descendants, from /proc (children lists), and how many tasks
+    (threads) they hold together."""
+    out, tasks, stack = [], 0, [root]
     while stack:
         pid = stack.pop()
         out.append(pid)
         try:
-            for task in os.listdir(f"/proc/{pid}/task"):
+            threads = os.listdir(f"/proc/{pid}/task")
+            tasks += len(threads)
+            for task in threads:
                 with open(f"/proc/{pid}/task/{task}/children") as f:
                     stack.extend(int(c) for c in f.read().split())
         except (OSError, ValueError):
             continue
-    return out
+    return out, tasks
 
 
 def _memory_bytes(pid: int) -> int:
@@ -294,7 +300,7 @@ class TreeLimits:
     """Process-count and memory limits of one sandboxed process tree (module docstring).
 
     Args:
-      max_processes: processes (and threads, for cgroups) the tree may hold at once.
+      max_processes: tasks (processes and threads) the tree may hold at once.
       memory_bytes: memory of the whole tree, its tmpfs contents included.
       mode: "cgroup" or "watchdog".
       poll_s: the watchdog's interval.
@@ -310,6 +316,10 @@ class TreeLimits:
                  poll_s: float = 0.02, tmpfs_dirs: tuple[str, ...] = ()):  # fmt: skip
         if mode not in ("cgroup", "watchdog"):
             raise ValueError(f"TreeLimits: mode={mode!r} must be 'cgroup' or 'watchdog'.")
+        for name, value in (("max_processes", max_processes), ("memory_bytes", memory_bytes)):
+            if not value > 0:
+                raise ValueError(f"TreeLimits: {name}={value!r} must be > 0; pass a positive "
+                                 "limit.")  # fmt: skip
         self.mode, self.max_processes, self.memory_bytes = mode, max_processes, memory_bytes
         self._groups = _Groups(max_processes, memory_bytes) if mode == "cgroup" else None
         self._poll_s, self._tmpfs_dirs = poll_s, tuple(tmpfs_dirs)
@@ -337,10 +347,10 @@ class TreeLimits:
 
         def loop():
             while not self._stop.wait(self._poll_s):
-                pids = _tree(root_pid)
+                pids, tasks = _tree(root_pid)
                 in_tmpfs = _tmpfs_bytes(pids, self._tmpfs_dirs) if self._tmpfs_dirs else 0
-                if len(pids) > self.max_processes + 2:  # bwrap and its init are not the code's
-                    self.violation = f"more than {self.max_processes} processes"
+                if tasks > self.max_processes:
+                    self.violation = f"more than {self.max_processes} tasks"
                 elif in_tmpfs + sum(_memory_bytes(p) for p in pids) > self.memory_bytes:
                     self.violation = "memory"
                 else:

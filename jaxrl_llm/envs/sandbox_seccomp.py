@@ -16,6 +16,14 @@ refused call fails with EPERM, like a missing permission:
   memory it cannot see  memfd_create, memfd_secret, shmget, msgget: anonymous files and SysV
                         segments live outside every mounted, size-limited tmpfs, so the /proc
                         watchdog could not count them.
+  file events           inotify_init, inotify_init1, inotify_add_watch: the read-only trees
+                        (/usr, the interpreter) are the host's own files, so a watch there would
+                        report opens made outside the sandbox, a channel between calls.
+
+And one allow-list: `socket` and `socketpair` only for the families Python's standard library
+needs inside, AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (`SOCKET_FAMILIES`); any other family
+fails with EAFNOSUPPORT, as on a kernel without it. A network namespace does not cut every
+family: AF_VSOCK reaches the hypervisor and binds ports in the host's space.
 
 `clone3` fails with ENOSYS instead (its flags sit behind a pointer a filter cannot read), so
 the C library falls back to `clone`, whose flags it can. Any call made through another
@@ -34,7 +42,7 @@ import sys
 from typing import NamedTuple
 
 # The filter's name and version, as logged; bump the version when the refused set changes.
-FILTER_NAME = "jaxrl_llm-deny-v1"
+FILTER_NAME = "jaxrl_llm-deny-v2"
 
 _REFUSED = (
     # namespaces and mounts
@@ -51,20 +59,25 @@ _REFUSED = (
     "vhangup", "nfsservctl", "pidfd_getfd", "fanotify_init", "sethostname", "setdomainname",
     # memory no mounted tmpfs bounds
     "memfd_create", "memfd_secret", "shmget", "msgget",
+    # events on files the host shares read-only
+    "inotify_init1", "inotify_add_watch",
 )  # fmt: skip
 _X86_64_ONLY = ("iopl", "ioperm", "uselib", "ustat", "sysfs", "_sysctl", "create_module",
-                "get_kernel_syms", "query_module")  # fmt: skip
+                "get_kernel_syms", "query_module", "inotify_init")  # fmt: skip
+# The socket families allowed (<linux/socket.h>): AF_UNIX, AF_INET, AF_INET6, AF_NETLINK.
+SOCKET_FAMILIES = (1, 2, 10, 16)
 
 # System call numbers: <asm/unistd_64.h> (x86_64) and <asm-generic/unistd.h> (aarch64).
 _X86_64 = {
-    "shmget": 29, "clone": 56, "msgget": 68, "ptrace": 101, "syslog": 103, "uselib": 134,
+    "shmget": 29, "socket": 41, "socketpair": 53, "clone": 56, "msgget": 68, "ptrace": 101, "syslog": 103, "uselib": 134,
     "personality": 135, "ustat": 136, "sysfs": 139, "vhangup": 153, "pivot_root": 155,
     "_sysctl": 156, "adjtimex": 159, "chroot": 161, "acct": 163, "settimeofday": 164,
     "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169,
     "sethostname": 170, "setdomainname": 171, "iopl": 172, "ioperm": 173, "create_module": 174,
     "init_module": 175, "delete_module": 176, "get_kernel_syms": 177, "query_module": 178,
     "quotactl": 179, "nfsservctl": 180, "lookup_dcookie": 212, "clock_settime": 227,
-    "kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
+    "kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250,
+    "inotify_init": 253, "inotify_add_watch": 254, "unshare": 272, "inotify_init1": 294,
     "perf_event_open": 298, "fanotify_init": 300, "name_to_handle_at": 303,
     "open_by_handle_at": 304, "clock_adjtime": 305, "setns": 308, "process_vm_readv": 310,
     "process_vm_writev": 311, "finit_module": 313, "memfd_create": 319, "kexec_file_load": 320,
@@ -74,11 +87,12 @@ _X86_64 = {
     "mount_setattr": 442, "quotactl_fd": 443, "memfd_secret": 447,
 }  # fmt: skip
 _AARCH64 = {
-    "lookup_dcookie": 18, "umount2": 39, "mount": 40, "pivot_root": 41, "nfsservctl": 42,
+    "lookup_dcookie": 18, "inotify_init1": 26, "inotify_add_watch": 27, "umount2": 39, "mount": 40, "pivot_root": 41, "nfsservctl": 42,
     "chroot": 51, "vhangup": 58, "quotactl": 60, "acct": 89, "personality": 92, "unshare": 97,
     "kexec_load": 104, "init_module": 105, "delete_module": 106, "clock_settime": 112,
     "syslog": 116, "ptrace": 117, "reboot": 142, "sethostname": 161, "setdomainname": 162,
-    "settimeofday": 170, "adjtimex": 171, "msgget": 186, "shmget": 194, "add_key": 217,
+    "settimeofday": 170, "adjtimex": 171, "msgget": 186, "shmget": 194, "socket": 198,
+    "socketpair": 199, "add_key": 217,
     "request_key": 218, "keyctl": 219, "clone": 220, "swapon": 224, "swapoff": 225,
     "perf_event_open": 241, "fanotify_init": 262, "name_to_handle_at": 264,
     "open_by_handle_at": 265, "clock_adjtime": 266, "setns": 268, "process_vm_readv": 270,
@@ -109,7 +123,7 @@ CLONE_NAMESPACE_FLAGS = 0x7E020000
 # Classic BPF opcodes (<linux/filter.h>) and seccomp returns (<linux/seccomp.h>).
 _LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
-_EPERM, _ENOSYS = 1, 38
+_EPERM, _ENOSYS, _EAFNOSUPPORT = 1, 38, 97
 # struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
 _NR, _ARCH, _ARG0_LOW = 0, 4, 16  # the low half of args[0] on a little-endian machine
 
@@ -118,7 +132,7 @@ class SeccompFilter(NamedTuple):
     """The filter for this machine's architecture.
 
     Attributes:
-      name: `FILTER_NAME` plus the architecture, e.g. "jaxrl_llm-deny-v1/x86_64".
+      name: `FILTER_NAME` plus the architecture, e.g. "jaxrl_llm-deny-v2/x86_64".
       program: the BPF program, `struct sock_filter` records as bubblewrap reads them.
       refused: the system calls refused outright (clone with namespace flags besides).
     """
@@ -130,7 +144,8 @@ class SeccompFilter(NamedTuple):
     def describe(self) -> str:
         """One line for the run's log."""
         return (f"seccomp {self.name}: {len(self.refused)} system calls refused (unshare, setns, "
-                "mount, keyctl, bpf, ptrace, ...), clone with namespace flags refused")  # fmt: skip
+                "mount, keyctl, bpf, ptrace, inotify, ...), clone with namespace flags refused, "
+                "sockets of AF_UNIX/INET/INET6/NETLINK only")  # fmt: skip
 
     def pipe(self) -> int:
         """A fresh pipe's read end holding the program, for `bwrap --seccomp FD` (which reads
@@ -145,7 +160,8 @@ class SeccompFilter(NamedTuple):
 
 def _program(arch: _Arch) -> bytes:
     """The BPF program: refuse `arch.refused`, clone with namespace flags, clone3 (ENOSYS),
-    anything from a foreign ABI; allow the rest."""
+    sockets of a family not in `SOCKET_FAMILIES` (EAFNOSUPPORT), anything from a foreign ABI;
+    allow the rest."""
     code: list[tuple[int, int | str, int | str, int]] = [  # (op, jump-if-true, if-false, k)
         (_LD_ABS, 0, 0, _ARCH),
         (_JEQ, 0, "deny", arch.audit),
@@ -157,11 +173,17 @@ def _program(arch: _Arch) -> bytes:
         code.append((_JEQ, "deny", 0, arch.numbers[name]))
     code += [
         (_JEQ, "enosys", 0, arch.numbers["clone3"]),
+        (_JEQ, "family", 0, arch.numbers["socket"]),
+        (_JEQ, "family", 0, arch.numbers["socketpair"]),
         (_JEQ, 0, "allow", arch.numbers["clone"]),
         (_LD_ABS, 0, 0, _ARG0_LOW),
-        (_JSET, "deny", 0, CLONE_NAMESPACE_FLAGS),
+        (_JSET, "deny", "allow", CLONE_NAMESPACE_FLAGS),
     ]
-    labels = {"allow": len(code), "deny": len(code) + 1, "enosys": len(code) + 2}
+    labels = {"family": len(code)}
+    code.append((_LD_ABS, 0, 0, _ARG0_LOW))  # the family: an int, the low half of args[0]
+    code += [(_JEQ, "allow", 0, family) for family in SOCKET_FAMILIES]
+    code.append((_RET, 0, 0, _ERRNO | _EAFNOSUPPORT))  # any other family
+    labels.update(allow=len(code), deny=len(code) + 1, enosys=len(code) + 2)
     code += [(_RET, 0, 0, _ALLOW), (_RET, 0, 0, _ERRNO | _EPERM), (_RET, 0, 0, _ERRNO | _ENOSYS)]
     out = bytearray()
     for pc, (op, jt, jf, k) in enumerate(code):

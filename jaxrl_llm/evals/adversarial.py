@@ -220,8 +220,8 @@ def robustness(
 
     Returns:
       {"clean_accuracy", "template_accuracy", "template_success", "searched_accuracy",
-       "searched_success", "searched_attacks": [(text, search success rate), ...]} (the searched
-       entries are NaN when the search kept no attack).
+        "searched_success", "searched_attacks": [(text, search success rate), ...]} (the searched
+        entries are NaN when the search kept no attack).
     """
     problems = adversarial_problems(seed, size + search_size)
     held_out, search_split = problems[:size], problems[size:]

@@ -138,7 +138,9 @@ _PRIORS: dict[str, AnswerPrior] = {}
 
 def task_answer_prior(task_section: Any, *, seed: int) -> AnswerPrior:
     """The `AnswerPrior` of a run's training pool: `task_pool(task_section, side="train",
-    seed=seed)`, the `train_size` questions the run trains on (computed once per process).
+    seed=seed)`, the `train_size` questions the run trains on, or every train-side row of the
+    user's data (`config.task.data`; its answers must be single numbers), computed once per
+    process.
 
     Args:
       task_section: a run config's `task` section.
@@ -149,10 +151,13 @@ def task_answer_prior(task_section: Any, *, seed: int) -> AnswerPrior:
     """
     kwargs = task_section.kwargs
     kwargs = kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs)
+    data = task_section.get("data") or {}  # the user's prompts (config.task.data), if any
+    data = data.to_dict() if hasattr(data, "to_dict") else dict(data)
     key = repr(
         (
             task_section.name,
             sorted(kwargs.items()),
+            sorted(data.items()),
             task_section.train_size,
             task_section.get("held_out_fraction"),
             task_section.get("selection_fraction"),

@@ -13,13 +13,15 @@ from jaxrl_llm.rollout.engine import GenerationConfig, Generator
 def prompt_ids(
     tokenizer, examples: Sequence[Example], *, system_prompt=None, instruction_suffix=""
 ) -> tuple[list[str], list[list[int]]]:
-    """Rendered chat prompts and their token ids."""
+    """Rendered chat prompts and their token ids (an example with `messages` renders as that
+    conversation)."""
     texts = [
         render_prompt(
             tokenizer,
             e.question,
             system_prompt=system_prompt,
             instruction_suffix=instruction_suffix,
+            messages=e.messages,
         )
         for e in examples
     ]

@@ -85,10 +85,13 @@ def _run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
     the task as generated (preset resolved), the model, and how many older weight versions a
     checkpoint holds (deterministic asynchronous runs; another count would not restore)."""
     env = (config.get("env") or {}).get("name", "")  # absent from configs before episodes
+    from jaxrl_llm.data.user_data import uses_user_data
     from jaxrl_llm.envs.task_registry import has_own_data
 
     if has_own_data(env):  # the episode task makes its own examples
         task, kwargs = env, {k: v for k, v in config["env"].items() if k.startswith(env)}
+    elif uses_user_data(config["task"]):  # the user's prompts; config.task.name labels them
+        task, kwargs = config["task"]["name"], dict(config["task"]["data"])
     else:
         task, kwargs = resolve_task(config["task"]["name"], dict(config["task"]["kwargs"]))
     # async_rl is absent from configs saved before the section existed

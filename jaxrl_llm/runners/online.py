@@ -31,6 +31,7 @@ from jaxrl_llm.algorithms.base import Algorithm
 from jaxrl_llm.config import validate_config
 from jaxrl_llm.evals import describe_held_out
 from jaxrl_llm.host import accelerator_info, host_info
+from jaxrl_llm.rewards.user_loading import UserRewardFns
 from jaxrl_llm.runners.collectors import Collector
 from jaxrl_llm.runners.components import Roles, RunParts, build_parts, build_roles
 from jaxrl_llm.runners.episode_player import EpisodePlayer
@@ -79,11 +80,13 @@ def _two_process_devices() -> list[jax.Device]:
     return jax.local_devices()
 
 
-def _serve_generation(config, workdir: str, algorithm: Algorithm | None) -> dict[str, Any]:
+def _serve_generation(
+    config, workdir: str, algorithm: Algorithm | None, reward_fns: UserRewardFns | None
+) -> dict[str, Any]:
     """Process 1 of a two-process asynchronous run: builds the run on its own devices and
     generates every batch for the learner (process 0)."""
     algorithm = algorithms.check_algorithm(algorithm or algorithms.make(config))
-    parts = build_parts(config)
+    parts = build_parts(config, reward_fns)
     roles = build_roles(config, algorithm, parts, jax.local_devices())
     run = build_run(config, workdir, algorithm, parts, roles)
     try:
@@ -102,7 +105,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, **options) -> dict[st
       **options: `run_online`'s: `progress` (show a tqdm progress bar), `algorithm` (an
         `Algorithm` to run instead of `config.algorithm`, e.g. one with a custom loss built in
         a notebook; the config still supplies everything else), `hooks` (replaces
-        `default_hooks(...)`).
+        `default_hooks(...)`), `reward_fns` (Python reward functions).
 
     Returns:
       The summary dict.
@@ -121,6 +124,7 @@ def run_online(
     progress: bool = True,
     algorithm: Algorithm | None = None,
     hooks: list[Hook] | None = None,
+    reward_fns: UserRewardFns | None = None,
 ) -> dict[str, Any]:
     """Runs a validated config's algorithm (`train` less the check; `run_stage` after
     `validate_stage`), resuming from `workdir`'s latest checkpoint if any.
@@ -134,6 +138,8 @@ def run_online(
       progress: show a tqdm progress bar.
       algorithm: an `Algorithm` to run instead of `config.algorithm`.
       hooks: replaces `default_hooks(...)`.
+      reward_fns: the user's Python reward functions, beside `config.rewards.functions`
+        (`components.build_rewards`).
 
     Returns:
       The summary dict.
@@ -143,13 +149,14 @@ def run_online(
     if config.async_rl.enabled and config.async_rl.processes == 2:
         devices = _two_process_devices()
         if jax.process_index() == 1:  # the generator: no checkpoints, metrics or evaluation
-            return _serve_generation(config, os.path.join(workdir, "generator"), algorithm)
+            generator_dir = os.path.join(workdir, "generator")
+            return _serve_generation(config, generator_dir, algorithm, reward_fns)
     os.makedirs(workdir, exist_ok=True)
     check_resumable(config, workdir)
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
     algorithm = algorithms.check_algorithm(algorithm or algorithms.make(config))
-    parts = build_parts(config)
+    parts = build_parts(config, reward_fns)
     roles = build_roles(config, algorithm, parts, devices)
     run = build_run(config, workdir, algorithm, parts, roles)
     run.summary["host"] = {**host_info(), **accelerator_info()}

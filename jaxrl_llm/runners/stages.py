@@ -74,13 +74,22 @@ def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_col
     return config
 
 
-def run_stage(config, workdir: str, *, progress: bool = True):
+def run_stage(config, workdir: str, *, progress: bool = True, reward_fns=None):
     """Runs the stage of a validated config (`load_config`, `validate_stage`) without checking
-    it again; its summary."""
+    it again; its summary. `reward_fns` (Python reward functions, `components.build_rewards`)
+    serve the RL stage; another stage refuses them, naming `config.stage`."""
     from jaxrl_llm.runners.supervised import SupervisedStage, run_validated_stage
 
-    module, _, run = STAGES[stage_of(config)]
+    stage = stage_of(config)
+    module, _, run = STAGES[stage]
+    if reward_fns and stage != "rl":
+        raise ValueError(
+            f"reward_fns score the samples of RL; config.stage={stage!r} trains without them: "
+            "leave reward_fns out, or run an RL config."
+        )
     target = getattr(importlib.import_module(module), run)
     if isinstance(target, SupervisedStage):
         return run_validated_stage(target, config, workdir, progress=progress)
+    if reward_fns:
+        return target(config, workdir, progress=progress, reward_fns=reward_fns)
     return target(config, workdir, progress=progress)

@@ -239,8 +239,8 @@ def analyze(program: Program, cache: CompileCache | None = None) -> ProgramRepor
     """Compiles `program` (or reads its report from `cache`) and reports the compiler's figures.
 
     Raises:
-      Whatever the compiler raises for a program it cannot build (e.g. a layout that does not
-      fit a kernel's tiling); the planner records it against the plan.
+      Exception: whatever the compiler raises for a program it cannot build (e.g. a layout that
+        does not fit a kernel's tiling); the planner records it against the plan.
     """
     if cache is not None:
         cached = cache.get(program.key)

@@ -23,3 +23,36 @@ def sandbox_host_lock():
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def safe_sandbox():
+    """Skips a test where no safe isolation (bubblewrap) works, naming what is missing."""
+    from jaxrl_llm.envs.sandbox_isolation import isolation
+
+    found = isolation()
+    if not found.safe:
+        pytest.skip(f"no safe sandbox on this machine: {found.why_not_safe}")
+
+
+@pytest.fixture(scope="module")
+def host_before(sandbox_host_lock):
+    """The host's settings, keys, sandbox cgroups and call directories before the first test
+    of a hostile module (taken under the lock that keeps the other sandbox modules away)."""
+    from tests.envs.sandbox_host import host_state
+
+    return host_state()
+
+
+@pytest.fixture(params=("bubblewrap+cgroup", "bubblewrap+watchdog"))
+def mechanism(request, monkeypatch):
+    """Runs the test under each safe mechanism this machine has."""
+    from jaxrl_llm.envs import sandbox_isolation
+
+    found = sandbox_isolation.isolation()
+    if not found.safe:
+        pytest.skip(f"no safe sandbox on this machine: {found.why_not_safe}")
+    if request.param == "bubblewrap+cgroup" and found.mode != request.param:
+        pytest.skip("cgroups are not writable here: only the watchdog mechanism runs")
+    monkeypatch.setattr(sandbox_isolation, "isolation", lambda: found._replace(mode=request.param))
+    return request.param

@@ -33,6 +33,7 @@ from jaxrl_llm.envs.sandbox_isolation import (
 from jaxrl_llm.envs.sandbox_limits import TreeLimits, leftover_groups, sweep_stale_groups
 from jaxrl_llm.envs.sandbox_seccomp import seccomp_filter, syscall_number
 from jaxrl_llm.envs.sandbox_user import SandboxUser
+from jaxrl_llm.envs.sandbox_workdir import WORKDIR_PREFIX
 from jaxrl_llm.envs.tools import ToolStatus, call_tool
 
 # Sweeps every stale sandbox cgroup of the host: never beside the hostile suite (conftest.py).
@@ -286,12 +287,12 @@ def test_python_tool_through_call_tool():
 # Issue 44: the seccomp filter, the user the code runs as, and how both are reported.
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _READ = {"x86_64": 0, "aarch64": 63}  # a call the filter lets through
-_ALLOW, _EPERM, _ENOSYS = 0x7FFF0000, 0x00050001, 0x00050026
+_ALLOW, _EPERM, _ENOSYS, _EAFNOSUPPORT = 0x7FFF0000, 0x00050001, 0x00050026, 0x00050061
 
 
 def _run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
     """What a classic BPF seccomp program returns for one call (the opcodes the filter uses)."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)  # args[0]: low half first
     code = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
     pc, acc = 0, 0
     while True:
@@ -318,8 +319,13 @@ def test_seccomp_program_decides_each_call_as_written():
         return _run_bpf(found.program, number, arch, arg0)
 
     for name in ("unshare", "setns", "mount", "pivot_root", "add_key", "keyctl", "request_key",
-                 "bpf", "perf_event_open", "ptrace", "memfd_create", "shmget"):  # fmt: skip
+                 "bpf", "perf_event_open", "ptrace", "memfd_create", "shmget", "inotify_init1",
+                 "inotify_add_watch"):  # fmt: skip
         assert decide(name) == _EPERM, name
+    for family in range(64):  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK only (AF_VSOCK is 40)
+        wanted = _ALLOW if family in (1, 2, 10, 16) else _EAFNOSUPPORT
+        assert decide("socket", family) == decide("socketpair", family) == wanted, family
+    assert decide("socket", 2 | 1 << 40) == _ALLOW  # the family is an int: the high half is noise
     assert decide(_READ[machine]) == _ALLOW
     assert decide("clone", 17) == _ALLOW  # fork: SIGCHLD
     assert decide("clone", 0x3D0F00) == _ALLOW  # a pthread's flags
@@ -329,10 +335,11 @@ def test_seccomp_program_decides_each_call_as_written():
     assert decide(_READ[machine], arch=0x40000003) == _EPERM  # i386 entry
     if machine == "x86_64":
         assert decide(0x40000000 | _READ[machine]) == _EPERM  # x32 entry
-    assert found.name == f"jaxrl_llm-deny-v1/{machine}"
-    # load arch, compare, load nr, [x32 check], one compare per refused call, clone3, clone,
-    # load flags, test flags, and the three returns
-    assert len(found.program) == 8 * (3 + (machine == "x86_64") + len(found.refused) + 4 + 3)
+        assert decide("inotify_init") == _EPERM
+    assert found.name == f"jaxrl_llm-deny-v2/{machine}"
+    # load arch, compare, load nr, [x32 check], one compare per refused call, clone3, socket,
+    # socketpair, clone, load flags, test flags, load family, 4 families, and the four returns
+    assert len(found.program) == 8 * (3 + (machine == "x86_64") + len(found.refused) + 6 + 5 + 4)
 
 
 def test_isolation_names_its_user_and_filter_for_the_log_and_metrics(monkeypatch):
@@ -341,7 +348,12 @@ def test_isolation_names_its_user_and_filter_for_the_log_and_metrics(monkeypatch
         pytest.skip(f"no safe isolation here: {found.why_not_safe}")
     text = found.describe()
     assert text.startswith(f"{found.mode}; code as uid 65534 = host uid "), text
-    assert f"seccomp jaxrl_llm-deny-v1/{platform.machine()}" in text
+    assert f"seccomp jaxrl_llm-deny-v2/{platform.machine()}" in text
+    assert ("NOT SAFE FOR MEMORY" in text) == (found.mode == "bubblewrap+watchdog")
+    watched = found._replace(mode="bubblewrap+watchdog").describe()
+    assert (
+        "NOT SAFE FOR MEMORY: the watchdog counts process memory and tmpfs, not kernel" in watched
+    )
     assert found.metrics() == {"env/sandbox_level": float(found.level), "env/sandbox_seccomp": 1.0}
     weak = Isolation("namespaces", why_not_safe="bubblewrap is not installed")
     assert weak.describe() == "namespaces (UNSAFE: bubblewrap is not installed)"
@@ -357,15 +369,25 @@ def test_launch_mounts_every_writable_place_as_a_bounded_tmpfs():
     found = sandbox.isolation()
     if not found.safe:
         pytest.skip(f"no safe isolation here: {found.why_not_safe}")
-    launch = bwrap_launch(found, network=False, tmpfs_bytes=2**20)
-    launch.close()
-    joined = " ".join(launch.argv)
+    launch = bwrap_launch(found, ["true"], network=False, tmpfs_bytes=2**20,
+                          files=(("/tmp/main.py", b"print(1)"),), env={"HOME": "/tmp"})  # fmt: skip
+    try:
+        assert launch.argv[:2] == ["bwrap", "--args"] and launch.argv[-1] == "true"
+        assert launch.executable == found.bwrap and not launch.executable.startswith("bwrap")
+        options_fd = int(launch.argv[2])
+        options = os.pread(options_fd, 1 << 20, 0).decode().split("\0")[:-1]
+    finally:
+        launch.close()
+        launch.release(killed=False)
+    joined = " ".join(options)
     assert "--ro-bind /proc/sys /proc/sys --dev /dev" in joined
     assert "--perms 1777 --size 1048576 --tmpfs /dev/shm" in joined
     assert "--perms 1777 --size 1048576 --tmpfs /tmp" in joined
-    assert launch.argv[-6:] == ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
-    assert "--unshare-net" in launch.argv and "--seccomp" in launch.argv
-    assert launch.seccomp_fd in launch.pass_fds and "/sys" not in launch.argv
+    assert "--perms 0444 --ro-bind-data" in joined and "--setenv HOME /tmp" in joined
+    assert options[-6:] == ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
+    assert "--unshare-net" in options and "--seccomp" in options
+    assert set(launch.own_fds) <= set(launch.pass_fds) and options_fd in launch.own_fds
+    assert "/sys" not in options and not any(WORKDIR_PREFIX in a for a in options)  # no host file
 
 
 def test_the_non_root_launch_runs_the_code_as_65534_under_the_filter(monkeypatch):
@@ -384,11 +406,33 @@ def test_the_non_root_launch_runs_the_code_as_65534_under_the_filter(monkeypatch
     assert (result.status, result.stdout) == ("ok", "65534 2 0000000000000000 -1\n"), result
 
 
-def test_bad_limits_name_the_field_and_the_fix():
+def test_bad_limits_name_the_field_and_the_fix(monkeypatch):
     with pytest.raises(ValueError, match=r"^run_python: memory_mb=0 must be > 0; pass a posit"):
         run_python("print(1)", memory_mb=0)
     with pytest.raises(ValueError, match=r"disk_mb=-1 must be > 0"):
         run_python("print(1)", disk_mb=-1)
+    with pytest.raises(ValueError, match=r"^run_python: max_processes=0 must be > 0"):
+        run_python("print(1)", max_processes=0)
+    with pytest.raises(ValueError, match=r"^python_sandbox_tool: timeout_s=0 must be > 0"):
+        python_sandbox_tool(timeout_s=0)  # at construction, not at the first call
+    with pytest.raises(ValueError, match=r"^python_sandbox_tool: memory_mb=-5 must be > 0"):
+        python_sandbox_tool(memory_mb=-5)
+    with pytest.raises(ValueError, match=r"^TreeLimits: max_processes=0 must be > 0"):
+        TreeLimits(0, 64 << 20, mode="watchdog")
+    found = sandbox.isolation()
+    if not found.safe:
+        pytest.skip(f"no safe isolation here: {found.why_not_safe}")
+    with pytest.raises(ValueError, match=r"mechanism='cgroup' must be one of \('bubblewrap"):
+        run_python("print(1)", mechanism="cgroup")
+    watched = found._replace(mode="bubblewrap+watchdog")  # a host without writable cgroups
+    monkeypatch.setattr(sandbox_isolation_module, "isolation", lambda: watched)
+    with pytest.raises(ValueError) as refused:
+        python_sandbox_tool(mechanism="bubblewrap+cgroup")
+    assert str(refused.value) == (
+        "sandbox mechanism='bubblewrap+cgroup' cannot run on this host (bubblewrap+watchdog); "
+        "leave it '' (the strongest this host has), or give this process a writable cgroup "
+        "(root, or a delegated cgroup v2 subtree).")  # fmt: skip
+    assert run_python("print(1)", mechanism="bubblewrap+watchdog").stdout == "1\n"
 
 
 def test_stale_groups_of_a_killed_process_are_swept():

@@ -28,83 +28,11 @@ import pytest
 from jaxrl_llm.envs import sandbox_isolation as sandbox_isolation_module
 from jaxrl_llm.envs.sandbox import run_python
 from jaxrl_llm.envs.sandbox_isolation import isolation
-from jaxrl_llm.envs.sandbox_limits import GROUP_PREFIX, REMOVE_DEADLINE_S
 from jaxrl_llm.envs.sandbox_seccomp import syscall_number
+from tests.envs.sandbox_host import assert_host_unchanged, keys, sandbox_cgroups
 
-MECHANISMS = ("bubblewrap+cgroup", "bubblewrap+watchdog")
-# Host settings (under /proc/sys) compared before and after the module.
-_SETTINGS = ("kernel/core_pattern", "kernel/printk_ratelimit", "kernel/printk_ratelimit_burst",
-             "kernel/hostname", "kernel/domainname", "kernel/pid_max", "kernel/modprobe",
-             "vm/overcommit_memory", "user/max_user_namespaces", "fs/protected_symlinks",
-             "net/core/somaxconn")  # fmt: skip
-
-
-def _sandbox_cgroups() -> list[str]:
-    """Every sandbox cgroup directory on the host, and every directory below this process's
-    own groups when they are not a hierarchy's root (where the sandbox makes its own)."""
-    found = []
-    for folder, dirs, _ in os.walk("/sys/fs/cgroup"):
-        found += [os.path.join(folder, d) for d in dirs if d.startswith(GROUP_PREFIX)]
-        dirs[:] = [d for d in dirs if not d.startswith(GROUP_PREFIX)]
-    with open("/proc/self/cgroup") as f:
-        own = [line.rstrip("\n").split(":", 2) for line in f]
-    for _, controllers, path in own:
-        # a process at a hierarchy's root makes its groups there, prefixed (found above);
-        # walking the whole root would count every other program's groups on the host
-        if controllers in ("pids", "memory", "") and path.strip("/"):
-            top = os.path.join("/sys/fs/cgroup", controllers, path.lstrip("/"))
-            for folder, dirs, _ in os.walk(top):
-                found += [f"below own: {os.path.join(folder, d)}" for d in dirs]
-    return sorted(found)
-
-
-def _keys() -> tuple[set, str]:
-    """(id, uid, type and description) of every key root sees, and /proc/key-users' users."""
-    try:
-        with open("/proc/keys") as f:
-            keys = {(fields[0], fields[5], " ".join(fields[7:]).split(":")[0])
-                    for fields in (line.split() for line in f)}  # fmt: skip
-        with open("/proc/key-users") as f:
-            users = " ".join(sorted(line.split(":")[0].strip() for line in f))
-    except OSError:  # a kernel without keys: nothing to compare
-        return set(), ""
-    return keys, users
-
-
-def _host_state() -> dict:
-    settings = {}
-    for name in _SETTINGS:
-        try:
-            with open(f"/proc/sys/{name}") as f:
-                settings[name] = f.read()
-        except OSError:
-            pass
-    return {"settings": settings, "keys": _keys(), "cgroups": _sandbox_cgroups()}
-
-
-@pytest.fixture(autouse=True)
-def _safe_isolation():
-    found = isolation()
-    if not found.safe:
-        pytest.skip(f"no safe sandbox on this machine: {found.why_not_safe}")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def host_before(sandbox_host_lock):
-    """The host's settings, keys and sandbox cgroups before the first test of the module (taken
-    under the lock that keeps the other sandbox module from running beside this one)."""
-    return _host_state()
-
-
-@pytest.fixture(params=MECHANISMS)
-def mechanism(request, monkeypatch):
-    """Runs the test under each mechanism this machine has."""
-    found = isolation()
-    if request.param == "bubblewrap+cgroup" and found.mode != request.param:
-        pytest.skip("cgroups are not writable here: only the watchdog mechanism runs")
-    monkeypatch.setattr(sandbox_isolation_module, "isolation",
-                        lambda: found._replace(mode=request.param))  # fmt: skip
-    return request.param
+# The host's settings, keys, cgroups and call directories are compared after the module.
+pytestmark = pytest.mark.usefixtures("safe_sandbox", "host_before")
 
 
 @pytest.fixture
@@ -343,12 +271,12 @@ call("keyctl", libc.syscall({keyctl}, 0, -3, 0))  # KEYCTL_GET_KEYRING_ID of the
 
 def test_no_kernel_key_outlives_a_call(mechanism):
     """Keyrings are out of reach: adding a key fails, so the next call finds none either."""
-    before = _keys()
+    before = keys()
     for _ in range(2):  # the second call would find what the first one left
         result = run_python(_keys_code())
         assert result.status == "ok", result
         assert [line.rsplit(" ", 1)[1] for line in result.stdout.splitlines()] == ["EPERM"] * 5
-    assert _keys() == before
+    assert keys() == before
 
 
 _FLOOD = _ATTEMPT + """
@@ -392,7 +320,7 @@ def test_tmpfs_contents_count_against_the_memory_bound(mechanism):
 
 def test_no_cgroup_is_left_after_a_timeout_an_oom_kill_or_a_file_flood(mechanism):
     """The call's cgroups are gone when it returns, however it ended."""
-    before = _sandbox_cgroups()
+    before = sandbox_cgroups()
     endings = [  # (code, time limit, how the call ends)
         ("import subprocess\nsubprocess.Popen(['sleep', '60'])\nwhile True: pass", 1.0, "timeout"),
         ("data = [b'1' * 2**20 for _ in range(1024)]", 20.0, "memory"),
@@ -401,7 +329,7 @@ def test_no_cgroup_is_left_after_a_timeout_an_oom_kill_or_a_file_flood(mechanism
     for code, timeout_s, status in endings:
         result = run_python(code, timeout_s=timeout_s, memory_mb=256)
         assert result.status == status, result
-        assert _sandbox_cgroups() == before, status
+        assert sandbox_cgroups() == before, status
 
 
 def test_the_code_runs_as_host_uid_65534_not_root():
@@ -521,13 +449,6 @@ def test_rl_run_with_a_hostile_policy_keeps_its_checkpoints(tmp_path, monkeypatc
 
 
 def test_host_settings_keyrings_and_cgroups_are_unchanged(host_before):
-    """The last test: after every call of the module the host's kernel settings and keyrings
-    are as they were, and no sandbox cgroup is left (waiting out calls that are still
-    finishing, e.g. in another pytest-xdist worker)."""
-    deadline = time.monotonic() + REMOVE_DEADLINE_S
-    while _host_state() != host_before and time.monotonic() < deadline:
-        time.sleep(0.2)
-    after = _host_state()
-    assert after["settings"] == host_before["settings"]
-    assert after["keys"] == host_before["keys"]
-    assert after["cgroups"] == host_before["cgroups"]
+    """The last test: after every call of the module the host's kernel settings, keyrings,
+    sandbox cgroups and call directories are as they were."""
+    assert_host_unchanged(host_before)

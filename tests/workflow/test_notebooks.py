@@ -1,8 +1,10 @@
 """The notebooks run top to bottom (nbclient) on tiny configs, and are stored without outputs.
 
 Parameters are injected papermill-style: a cell after the one tagged "parameters" overrides its
-values (a tiny config, a temporary workdir). The quickstart with the real SmolLM2-135M-Instruct is
-the slow variant.
+values (a tiny config, a temporary workdir). Each runs from an empty temporary working
+directory, so none depends on being started from the repository or from notebooks/. The
+quickstart with the real SmolLM2-135M-Instruct is the slow variant; the two whole tiny runs
+(02, 03) are in the heavy target (tests/heavy.py).
 """
 
 import json
@@ -24,15 +26,16 @@ NAMES = [
 TINY = "experiments/configs/grpo_tiny.py"
 
 
-def _execute(name, **params):
-    """Runs a notebook with overridden parameters; returns the text it printed."""
+def _execute(name, cwd, **params):
+    """Runs a notebook from working directory `cwd` with overridden parameters; returns the
+    text it printed."""
     book = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
     [index] = [i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", [])]
     book.cells.insert(
         index + 1, nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in params.items()))
     )
     client = NotebookClient(
-        book, timeout=600, kernel_name="python3", resources={"metadata": {"path": NOTEBOOKS}}
+        book, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
     )
     client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
     return "".join(
@@ -52,38 +55,44 @@ def test_notebooks_are_stored_without_outputs_and_have_parameters(name):
     )
 
 
-def test_01_quickstart_tiny():
-    out = _execute("01_quickstart.ipynb", CONFIG=TINY, MAX_NEW_TOKENS=8)
+def test_01_quickstart_tiny(tmp_path):
+    out = _execute("01_quickstart.ipynb", tmp_path, CONFIG=TINY, MAX_NEW_TOKENS=8)
     assert "(random): 2 layers" in out
     assert "by hand vs rollout" in out and "by hand vs fused sequence_logprobs" in out
     assert "losses.ppo_clip" in out
 
 
 @pytest.mark.slow
-def test_01_quickstart_smollm2():
-    out = _execute("01_quickstart.ipynb")
+def test_01_quickstart_smollm2(tmp_path):
+    out = _execute("01_quickstart.ipynb", tmp_path)
     assert "smollm2-135m-instruct (pretrained): 30 layers, width 576" in out
     assert "by hand vs rollout" in out
 
 
-@pytest.mark.slow  # default coverage: test_01_quickstart_tiny
 def test_02_grpo_tiny(tmp_path):
-    out = _execute("02_grpo_tiny.ipynb", CONFIG=TINY, NUM_STEPS=3, WORKDIR=str(tmp_path / "run"))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    out = _execute(
+        "02_grpo_tiny.ipynb", cwd, CONFIG=TINY, NUM_STEPS=3, WORKDIR=str(tmp_path / "run")
+    )
     assert "Did you mean rollout.group_size" in out
     assert json.load(open(tmp_path / "run" / "summary.json"))["steps"] == 3
     for stem in ["reward", "accuracy", "kl", "entropy", "length"]:
         assert mpimg.imread(tmp_path / "run" / "plots" / f"{stem}.png").shape == (400, 600, 4)
 
 
-@pytest.mark.slow  # default coverage: workflow/test_readme_example.py::test_readme_new_algorithm_example_runs, algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration
 def test_03_custom_loss(tmp_path):
-    out = _execute("03_custom_loss.ipynb", CONFIG=TINY, NUM_STEPS=4, WORKDIR=str(tmp_path / "run"))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    out = _execute(
+        "03_custom_loss.ipynb", cwd, CONFIG=TINY, NUM_STEPS=4, WORKDIR=str(tmp_path / "run")
+    )
     assert "hand-worked case and ppo_clip agree" in out
     assert "step 4: entropy" in out  # and the notebook asserts the entropy fell
     assert mpimg.imread(tmp_path / "run" / "plots" / "learning_curves.png").shape == (360, 2000, 4)
 
 
-def test_04_multi_turn_episode():
-    out = _execute("04_multi_turn_episode.ipynb", EPISODES=2, TURN_TOKENS=8)
+def test_04_multi_turn_episode(tmp_path):
+    out = _execute("04_multi_turn_episode.ipynb", tmp_path, EPISODES=2, TURN_TOKENS=8)
     assert "[observation]" in out and "[      model]" in out and "[     prompt]" in out
     assert "max |rollout - trainer| log-prob" in out
