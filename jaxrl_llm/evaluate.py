@@ -41,7 +41,12 @@ _MODEL = flags.DEFINE_string(
 _TASKS = flags.DEFINE_list(
     "tasks", None, "Task presets or reasoning-gym tasks (default: the run's task and eval.tasks)."
 )
-_JSONL = flags.DEFINE_multi_string("jsonl", [], "GSM8K-style JSONL files to evaluate; repeatable.")
+_JSONL = flags.DEFINE_multi_string(
+    "jsonl",
+    [],
+    "JSONL files to evaluate whole (GSM8K-style, or with the run's prompt and answer columns); "
+    "repeatable.",
+)
 _SIZE = flags.DEFINE_integer("size", None, "Prompts per task (default: the run's eval_size, 200).")
 _SEED = flags.DEFINE_integer(
     "seed", None, "Seed of the task prompts (default: the run's eval_seed)."
@@ -111,16 +116,31 @@ def _policy():
     return config, model, tokenizer, None, 0, label, f"runs/eval/{label}"
 
 
-def _eval_sets(config):
+def _jsonl_set(config, path: str):
+    """A --jsonl file as one set: GSM8K-style lines ("question", "answer" with "####") through
+    `JsonlSource`, or a file with the run's prompt column (`config.task.data.prompt_column`,
+    default "prompt") through the user-data reader, as the run read its own data."""
+    import json
+
     from jaxrl_llm.data import JsonlSource
+    from jaxrl_llm.data.user_data import file_examples
     from jaxrl_llm.evals import EvalSet
+
+    with open(path) as f:
+        first = next((line for line in f if line.strip()), "{}")
+    name = os.path.splitext(os.path.basename(path))[0]
+    prompt_column = config.task.get("data", {}).get("prompt_column", "prompt")
+    if prompt_column in json.loads(first):
+        return EvalSet(name, file_examples(path, config.task, name=name))
+    source = JsonlSource(path)
+    return EvalSet(source.name, list(source))
+
+
+def _eval_sets(config):
     from jaxrl_llm.runners.components import build_eval_sets
 
     sets = build_eval_sets(config, _TASKS.value, size=_SIZE.value, seed=_SEED.value)
-    for path in _JSONL.value:
-        source = JsonlSource(path)
-        sets.append(EvalSet(source.name, list(source)))
-    return sets
+    return sets + [_jsonl_set(config, path) for path in _JSONL.value]
 
 
 def _adversarial_table(result) -> str:

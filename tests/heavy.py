@@ -18,7 +18,9 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # the quickstart notebook (test_notebooks.py::test_01_quickstart_tiny; the other notebooks'
     # runs are here), the README's new algorithm run (test_readme_example.py), the labelling
     # journal's replay on a stand-in decode (test_sample_journal.py), a user's data's sets and
-    # batches (test_user_data_run.py::test_eval_sets_batches_and_reward_columns_come...) and
+    # batches (test_user_data_run.py::test_eval_sets_batches_and_reward_columns_come...), a user's
+# reward module, --import and jaxrl_llm.train (tests/rewards/test_user_rewards.py,
+# tests/workflow/test_user_imports.py) and
     # each runner's and algorithm's unit tests on hand-made arrays.
     "whole runs": (
         "tests/algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration",
@@ -58,6 +60,8 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/workflow/test_notebooks.py::test_03_custom_loss",
         "tests/workflow/test_notebooks.py::test_04_multi_turn_episode",
         "tests/workflow/test_sweep_launch.py::test_two_trial_sweep_writes_a_summary_table",
+        "tests/workflow/test_your_own_experiment.py",
+        "tests/workflow/test_notebooks.py::test_05_your_own_task",
     ),
     # Faults injected into whole runs: the default run keeps the corrupt checkpoint and the
     # empty step directory on GRPO (test_faults.py::...[grpo]), the reward functions that raise

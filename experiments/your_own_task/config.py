@@ -9,7 +9,8 @@ scored by a reward function of the user's, held-out accuracy by the library's on
 
 The default recipe of the main job (`experiments/configs/grpo_smollm2.py`: GRPO with the stable
 recipe, SmolLM2-135M-Instruct, 30 steps of 8 prompts x 4 completions), with the task's data and
-reward swapped in: the built-in task reward is off (weight 0) and `shopping_reward` pays instead.
+reward swapped in: the built-in task reward is off (weight 0) and `shopping_reward` pays instead;
+64 new tokens instead of 32, since the model restates the prices before it adds them.
 """
 
 import os
@@ -30,4 +31,7 @@ def get_config():
         config.rewards.task_weight = 0.0  # the user's reward replaces the built-in one
         config.rewards.chance_correction = False
         config.rewards.functions = os.path.join(HERE, "rewards.py") + ":shopping_reward"
+        # the model restates the prices before the total: room for it, in training and held out
+        config.rollout.max_new_tokens = 64
+        config.eval.max_new_tokens = 64
     return config

@@ -1,6 +1,7 @@
 """Writes the guide's own task (docs/your_own_task.md): shopping totals, a task reasoning-gym
-does not have. "Mia buys a pen for 7 dollars and a book for 12 dollars. How many dollars does
-she spend in all?" -> 19.
+does not have. "A pen costs 7 dollars and a book costs 12 dollars. Compute the total cost.
+Reply with the number only." -> 19. (SmolLM2-135M-Instruct restates a story at length; asked
+for the number only, with 64 new tokens, it is right on about a third of them greedily.)
 
     python experiments/your_own_task/make_data.py            # writes the two files below
 
@@ -20,12 +21,11 @@ import os
 import random
 import sys
 
-NAMES = ("Mia", "Tom", "Ava", "Leo", "Zoe", "Sam", "Ivy", "Max", "Eva", "Ben")
-ITEMS = ("a pen", "a book", "a cap", "a mug", "a kite", "a lamp", "a ball", "a scarf", "a clock",
-         "a plant", "a bag", "a shirt", "a puzzle", "a radio", "a vase")  # fmt: skip
+ITEMS = ("pen", "book", "cap", "mug", "kite", "lamp", "ball", "scarf", "clock", "plant", "bag",
+         "shirt", "puzzle", "radio", "vase")  # fmt: skip
 TEMPLATE = (
-    "{name} buys {a_item} for {a} dollars and {b_item} for {b} dollars. "
-    "How many dollars does {name} spend in all?"
+    "A {a_item} costs {a} dollars and a {b_item} costs {b} dollars. Compute the total cost. "
+    "Reply with the number only."
 )
 MAX_PRICE = 99
 HELD_OUT_SHARE = 0.1  # of the problems (price pairs)
@@ -40,12 +40,10 @@ def held_out(key: str) -> bool:
 
 
 def row(rng: random.Random, a: int, b: int) -> dict:
-    """One prompt for the prices a <= b, in a random order, names and items."""
+    """One prompt for the prices a <= b, in a random order and with random items."""
     first, second = (a, b) if rng.random() < 0.5 else (b, a)
     a_item, b_item = rng.sample(ITEMS, 2)
-    prompt = TEMPLATE.format(
-        name=rng.choice(NAMES), a_item=a_item, a=first, b_item=b_item, b=second
-    )
+    prompt = TEMPLATE.format(a_item=a_item, a=first, b_item=b_item, b=second)
     return {"prompt": prompt, "answer": str(a + b), "problem": f"{a}+{b}"}
 
 

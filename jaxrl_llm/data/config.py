@@ -3,7 +3,7 @@
 The task names a preset of `jaxrl_llm.data.presets` (or any reasoning-gym task); the training
 pool, the selection prompts and the test prompts are drawn from the three sides of a hash split
 of its problems (`jaxrl_llm.data.split`). With `data.train` set, the prompts are the user's own
-rows instead (`jaxrl_llm.data.user_data`; docs/user_data.md), split by the same rule.
+rows instead (`jaxrl_llm.data.user_data`; docs/your_own_task.md), split by the same rule.
 """
 
 from __future__ import annotations

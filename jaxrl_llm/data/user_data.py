@@ -57,6 +57,7 @@ from jaxrl_llm.data.user_rows import DataRow, read_rows
 __all__ = [
     "UserData",
     "conversation_text",
+    "file_examples",
     "load_user_data",
     "user_pool",
     "uses_user_data",
@@ -198,6 +199,24 @@ def _examples(prompts: list[_Prompt], name: str) -> list[Example]:
         )
         for i, p in enumerate(prompts)
     ]
+
+
+def file_examples(spec: str, task_section: Any, *, name: str) -> list[Example]:
+    """Every row of one data file as `Example`s named `name`, read with the columns of a run's
+    `config.task.data` (its defaults where the section has none): what `evaluate --jsonl FILE`
+    scores, with no split (the whole file is one held-out set).
+
+    Raises:
+      ValueError / FileNotFoundError: as `load_user_data` (a row without the prompt column, an
+        empty or missing file, repeated prompts), naming the file.
+    """
+    section = task_section.get("data") if hasattr(task_section, "get") else None
+    data = {"prompt_column": "prompt", "answer_column": "answer", "format": "auto"}
+    data.update({k: section[k] for k in data if section is not None and k in section})
+    prompts = _read(spec, data, spec)
+    _check_answers(prompts, data["answer_column"])
+    _check_repeats(prompts)
+    return _examples(prompts, name)
 
 
 def _stamp(spec: str) -> tuple:

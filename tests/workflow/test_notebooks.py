@@ -22,6 +22,7 @@ NAMES = [
     "02_grpo_tiny.ipynb",
     "03_custom_loss.ipynb",
     "04_multi_turn_episode.ipynb",
+    "05_your_own_task.ipynb",
 ]
 TINY = "experiments/configs/grpo_tiny.py"
 
@@ -96,3 +97,15 @@ def test_04_multi_turn_episode(tmp_path):
     out = _execute("04_multi_turn_episode.ipynb", tmp_path, EPISODES=2, TURN_TOKENS=8)
     assert "[observation]" in out and "[      model]" in out and "[     prompt]" in out
     assert "max |rollout - trainer| log-prob" in out
+
+
+def test_05_your_own_task(tmp_path):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    run = tmp_path / "run"
+    out = _execute("05_your_own_task.ipynb", cwd, TINY=True, NUM_STEPS=2, WORKDIR=str(run))
+    assert "[1.0, 0.0, -0.2]" in out  # the reward checked by hand
+    assert "held-out accuracy" in out and " -> " in out
+    assert json.load(open(run / "summary.json"))["steps"] == 2
+    assert (run / "plots" / "learning_curves.png").exists()
+    assert (run / "eval" / "eval_completions.jsonl").exists()
