@@ -16,11 +16,11 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # with its resume (tests/runners/test_grpo_run.py), the PRM stage
     # (test_process_reward_model_run.py::test_the_stage_labels_steps_by_monte_carlo_and_trains),
     # the quickstart notebook (test_notebooks.py::test_01_quickstart_tiny; the other notebooks'
-    # runs are here), the README's new algorithm run (test_readme_example.py), the labelling
+    # runs are here), the new algorithm run of docs/algorithms.md (test_readme_example.py), the labelling
     # journal's replay on a stand-in decode (test_sample_journal.py), a user's data's sets and
     # batches (test_user_data_run.py::test_eval_sets_batches_and_reward_columns_come...), a user's
-# reward module, --import and jaxrl_llm.train (tests/rewards/test_user_rewards.py,
-# tests/workflow/test_user_imports.py) and
+    # reward module, --import and jaxrl_llm.train (tests/rewards/test_user_rewards.py,
+    # tests/workflow/test_user_imports.py) and
     # each runner's and algorithm's unit tests on hand-made arrays.
     "whole runs": (
         "tests/algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration",
@@ -60,7 +60,9 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/workflow/test_notebooks.py::test_03_custom_loss",
         "tests/workflow/test_notebooks.py::test_04_multi_turn_episode",
         "tests/workflow/test_sweep_launch.py::test_two_trial_sweep_writes_a_summary_table",
-        "tests/workflow/test_your_own_experiment.py",
+        "tests/workflow/test_your_own_experiment.py::test_the_command_line_and_python_give_the",
+        "tests/workflow/test_your_own_experiment.py::test_evaluate_a_users_run_and_its_held_out",
+        "tests/workflow/test_readme_example.py::test_readme_own_experiment_runs",
         "tests/workflow/test_notebooks.py::test_05_your_own_task",
     ),
     # Faults injected into whole runs: the default run keeps the corrupt checkpoint and the
