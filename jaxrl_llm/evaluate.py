@@ -238,13 +238,9 @@ def main(argv):
 
 def _parse_flags(argv):
     """absl flag parsing after importing the `--import` modules (one line if one fails)."""
-    from jaxrl_llm.user_imports import import_from_argv
+    from jaxrl_llm.user_imports import import_from_argv_or_exit
 
-    try:
-        import_from_argv(argv)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    import_from_argv_or_exit(argv)
     return flags.FLAGS(argv)
 
 

@@ -55,6 +55,7 @@ from jaxrl_llm.launch_backends import TrialResult, run_local, run_xmanager
 from jaxrl_llm.launch_plan import Trial, parse_value, plan, write_plan
 from jaxrl_llm.launch_prune import setting_pruner
 from jaxrl_llm.metrics import read_metrics
+from jaxrl_llm.user_imports import add_import_option
 
 __all__ = [
     "SUMMARY_METRICS",
@@ -264,13 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--gin_bindings", action="append", default=[], help="gin binding for every trial"
     )
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module or .py file registering what the config names (a task, reward, scorer, "
+    add_import_option(
+        parser,
+        "a module or .py file registering what the config names (a task, reward, scorer, "
         "algorithm); imported here and by every trial; repeatable",
     )
     parser.add_argument("--launcher", choices=("local", "xmanager"), default="local")

@@ -119,13 +119,9 @@ def _parse_gin(gin_files, gin_bindings) -> str:
 def _parse_flags(argv):
     """absl flag parsing with a one-line error (and close matches) for an unknown config key;
     the `--import` modules are imported first, so the config file may use what they register."""
-    from jaxrl_llm.user_imports import import_from_argv
+    from jaxrl_llm.user_imports import import_from_argv_or_exit
 
-    try:
-        import_from_argv(argv)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    import_from_argv_or_exit(argv)
     try:
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as e:

@@ -251,13 +251,9 @@ def _plan_json(plan) -> dict:
 
 def _parse_flags(argv):
     """The known flags, after importing the `--import` modules (one line if one fails)."""
-    from jaxrl_llm.user_imports import import_from_argv
+    from jaxrl_llm.user_imports import import_from_argv_or_exit
 
-    try:
-        import_from_argv(argv)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    import_from_argv_or_exit(argv)
     return flags.FLAGS(argv, known_only=True) or argv
 
 

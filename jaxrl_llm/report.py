@@ -123,7 +123,7 @@ from jaxrl_llm.report_rules import (
     with_added_keys,
 )
 from jaxrl_llm.report_start import held_out_of, with_start
-from jaxrl_llm.user_imports import import_all
+from jaxrl_llm.user_imports import add_import_option, import_all
 
 __all__ = [
     "Group", "Run", "choice_markdown", "collect_groups", "copy_records", "family_confidence",
@@ -826,13 +826,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="STEPS",
         help="steps averaged at each end of a run for --metric",
     )
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module or .py file registering a scorer the runs name, imported first",
+    add_import_option(
+        parser, "a module or .py file registering a scorer the runs name, imported first"
     )
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(

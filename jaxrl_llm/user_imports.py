@@ -19,6 +19,7 @@ A run records its imports in `<workdir>/imports.json` (`record_imports`), and `e
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import json
@@ -29,8 +30,10 @@ from types import ModuleType
 
 __all__ = [
     "IMPORTS_FILE",
+    "add_import_option",
     "import_all",
     "import_from_argv",
+    "import_from_argv_or_exit",
     "import_module_or_file",
     "imports_in_argv",
     "record_imports",
@@ -116,6 +119,23 @@ def import_from_argv(argv: Sequence[str], *, flag: str = FLAG) -> list[str]:
     """Imports the command line's `--import` modules before its flags are parsed (a config
     file loaded while parsing may use what they register); returns them canonical."""
     return import_all(imports_in_argv(argv, flag=flag), flag=flag)
+
+
+def import_from_argv_or_exit(argv: Sequence[str]) -> None:
+    """`import_from_argv` for an absl command line's flag parser: a module that fails to import
+    prints one `error:` line and exits with status 2, before any flag is parsed."""
+    try:
+        import_from_argv(argv)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def add_import_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Adds `--import MODULE` (repeatable, into `args.imports`) to an argparse command line."""
+    parser.add_argument(
+        FLAG, dest="imports", action="append", default=[], metavar="MODULE", help=help_text
+    )
 
 
 def record_imports(workdir: str, names: Sequence[str]) -> list[str]:
