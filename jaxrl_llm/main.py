@@ -94,8 +94,9 @@ def main(argv):
     except _user_errors() as e:
         if _DEBUG.value:
             raise
-        message = " ".join(str(e).split()) or type(e).__name__
-        print(f"error: {message} (--debug shows the traceback)", file=sys.stderr)
+        from jaxrl_llm.config import error_line
+
+        print(f"error: {error_line(e)} (--debug shows the traceback)", file=sys.stderr)
         sys.exit(1)
 
 
@@ -129,7 +130,10 @@ def _parse_flags(argv):
     try:
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as e:
-        message = str(e).replace("\\n", " ").replace("\n", " ").strip("'\" ")
+        from jaxrl_llm.config import error_line
+        from jaxrl_llm.config_files import unknown_config_flag
+
+        message = unknown_config_flag(argv) or error_line(e)
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
 
