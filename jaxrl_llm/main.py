@@ -98,6 +98,12 @@ def main(argv):
 
         print(f"error: {error_line(e)} (--debug shows the traceback)", file=sys.stderr)
         sys.exit(1)
+    import jax
+
+    if jax.process_index() == 0:  # the curves and the outputs' place, once per run
+        from jaxrl_llm.plots import plot_finished_run
+
+        plot_finished_run(_WORKDIR.value)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
