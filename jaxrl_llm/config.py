@@ -5,8 +5,8 @@
 Every field has a comment; the algorithm's sections come from its module
 (`jaxrl_llm.algorithms.<name>.default_config`). `validate_config` is the one place a config is
 checked (base fields, the sections' own checks, placement, then the algorithm's `validate`) and
-names the field and the fix for a bad value; `apply_overrides` suggests close matches for an
-unknown key. Reading a config file for its stage is `jaxrl_llm.runners.stages.load_config`.
+names the field and the fix for a bad value; `apply_overrides` names the closest key for an
+unknown one (`unknown_key_message`). Reading a config file for its stage is `jaxrl_llm.runners.stages.load_config`.
 """
 
 from __future__ import annotations
@@ -549,14 +549,33 @@ def flat_dict(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _flatten(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+def config_keys(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+    """Every dotted key of `config`, sections included: ["algorithm", "train", "train.seed", ...]."""
     keys = []
     for key, value in config.items():
         name = f"{prefix}{key}"
         keys.append(name)
         if isinstance(value, ml_collections.ConfigDict):
-            keys.extend(_flatten(value, name + "."))
+            keys.extend(config_keys(value, name + "."))
     return keys
+
+
+def unknown_key_message(config: ml_collections.ConfigDict, dotted: str, *, prefix: str = "") -> str:
+    """One line for a dotted key `config` lacks, with the closest full key if one is near.
+
+    `prefix` is how the user wrote the key's start, e.g. "--config." for a flag:
+    `"--config.train.num_stepz is not a config field; did you mean --config.train.num_steps?"`.
+    """
+    close = difflib.get_close_matches(dotted, config_keys(config), n=1, cutoff=0.6)
+    if not close:
+        return f"{prefix}{dotted} is not a config field (none is close; check its spelling)."
+    return f"{prefix}{dotted} is not a config field; did you mean {prefix}{close[0]}?"
+
+
+def error_line(error: BaseException) -> str:
+    """`error`'s message on one line, without the quotes `str(KeyError(...))` adds."""
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    return " ".join(str(message).replace("\\n", " ").split()) or type(error).__name__
 
 
 def apply_overrides(
@@ -565,14 +584,12 @@ def apply_overrides(
     """Sets dotted `overrides` ({"rollout.group_size": 4}) on a locked config, in place.
 
     Raises:
-      KeyError: for an unknown key, listing the closest existing keys.
+      KeyError: for an unknown key, naming the closest existing key (`unknown_key_message`).
     """
-    known = _flatten(config)
+    known = set(config_keys(config))
     for dotted, value in overrides.items():
         if dotted not in known:
-            close = difflib.get_close_matches(dotted, known, n=3, cutoff=0.6)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise KeyError(f"Unknown config key {dotted!r}.{hint}")
+            raise KeyError(unknown_key_message(config, dotted))
         *parents, leaf = dotted.split(".")
         node = config
         for part in parents:

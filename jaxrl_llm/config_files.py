@@ -11,7 +11,8 @@ builds on another one beside it loads it with `sibling_config` instead of copyin
         sibling_module(__file__, "grpo_llama8b_pod.py").pod_shapes(config)
         ...
 
-Nothing here validates: `jaxrl_llm.runners.load_config` reads a config with `config_from_file`
+Nothing here validates values (`unknown_config_flag` only checks that `--config.KEY` flags name
+fields, for the command line's error): `jaxrl_llm.runners.load_config` reads a config with `config_from_file`
 and validates it for its stage.
 """
 
@@ -19,9 +20,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Sequence
 from types import ModuleType
 
 import ml_collections
+
+from jaxrl_llm.config import config_keys, unknown_key_message
 
 __all__ = [
     "config_from_file",
@@ -29,6 +33,7 @@ __all__ = [
     "sibling_config",
     "sibling_module",
     "split_config_arg",
+    "unknown_config_flag",
 ]
 
 
@@ -80,3 +85,27 @@ def sibling_config(anchor: str, file_name: str, *args) -> ml_collections.ConfigD
     """`get_config(*args)` of `file_name` beside `anchor`: a config written once in its own file
     and built upon here, not copied."""
     return sibling_module(anchor, file_name).get_config(*args)
+
+
+def unknown_config_flag(argv: Sequence[str]) -> str | None:
+    """The one-line error for the first `--config.KEY` flag of `argv` that names no field of
+    the `--config` file (`jaxrl_llm.config.unknown_key_message`), or None if all exist or the
+    file does not load (its own error is clearer then)."""
+    path, keys = None, []
+    for i, arg in enumerate(argv):
+        name, _, value = arg.partition("=")
+        if name == "--config":
+            path = value or (argv[i + 1] if i + 1 < len(argv) else None)
+        elif name.startswith("--config."):
+            keys.append(name.removeprefix("--config."))
+    if path is None or not keys:
+        return None
+    try:
+        config = config_from_file(path)
+    except Exception:  # noqa: BLE001 -- any failure here is reported by absl's own message
+        return None
+    known = set(config_keys(config))
+    for key in keys:
+        if key not in known:
+            return unknown_key_message(config, key, prefix="--config.")
+    return None

@@ -251,7 +251,9 @@ def cli():
         try:
             main(argv)
         except (ValueError, FileNotFoundError, KeyError) as e:
-            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            from jaxrl_llm.config import error_line
+
+            print(f"error: {error_line(e)}", file=sys.stderr)
             sys.exit(1)
 
     app.run(run, flags_parser=_parse_flags)

@@ -22,10 +22,10 @@ typo fails the whole sweep at once. Then, under `--sweep_dir`:
 
 `--prune_drop 3` skips the trials of a setting (overrides minus the seed and the `task.` keys,
 `--prune_across`) once one of its finished runs ends more than 3 points of held-out accuracy
-below its own best evaluation: issue 42's rule for a default, which that setting can no longer
-meet (`jaxrl_llm.launch_prune`); `--prune_entropy 0.333` also skips it once one of its runs
-keeps less than a third of its first sampled-token entropy (the issue's done-when for the
-default), `--prune_entropy_max 2` once one ends above twice it (a blow-up). Local launcher only;
+below its own best evaluation: the rule a new default must meet, which that setting can no
+longer meet (`jaxrl_llm.launch_prune`); `--prune_entropy 0.333` also skips it once one of its runs
+keeps less than a third of its first sampled-token entropy (what a new default
+must keep), `--prune_entropy_max 2` once one ends above twice it (a blow-up). Local launcher only;
 order the sweep setting by setting. `--only 25-29,36` runs just those trials of the plan (their
 indices, the NNN of their names), in the order given, the others left as they are: to give a
 promising setting its remaining seeds first.
@@ -61,6 +61,7 @@ __all__ = [
     "SUMMARY_METRICS",
     "final_metrics",
     "launch",
+    "build_parser",
     "main",
     "summary_rows",
     "write_summary",
@@ -236,10 +237,12 @@ def in_only_order(trials: Sequence[Trial], only: Sequence[int] | None) -> list[T
     return sorted(trials, key=lambda trial: rank.get(trial.index, len(rank)))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (see the module docstring); exit status 1 if any trial failed."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's options, each with its help text."""
     parser = argparse.ArgumentParser(
-        prog="python -m jaxrl_llm.launch", description=__doc__.split("\n")[0], allow_abbrev=False
+        prog="python -m jaxrl_llm.launch",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        allow_abbrev=False,
     )
     parser.add_argument("--config", required=True, help="experiment config file with get_config()")
     parser.add_argument(
@@ -253,7 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sweep_dir", required=True, help="parent directory of the trials' workdirs"
     )
-    parser.add_argument("--parallel", type=int, default=1, help="trials running at once")
+    parser.add_argument(
+        "--parallel", type=int, default=1, help="trials running at once (default %(default)s)"
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -270,7 +275,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a module or .py file registering what the config names (a task, reward, scorer, "
         "algorithm); imported here and by every trial; repeatable",
     )
-    parser.add_argument("--launcher", choices=("local", "xmanager"), default="local")
+    parser.add_argument(
+        "--launcher",
+        choices=("local", "xmanager"),
+        default="local",
+        help="where trials run: local (subprocesses on this machine, the default) or xmanager "
+        "(one XManager experiment, a job per trial)",
+    )
     parser.add_argument(
         "--python", default=None, help="interpreter of the trials (default: this one)"
     )
@@ -285,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=None,
         metavar="POINTS",
-        help="skip a setting's trials once one of its runs ends POINTS below its best (3)",
+        help="skip a setting's trials once one of its runs ends POINTS of held-out accuracy "
+        "below its best, e.g. 3 (off by default)",
     )
     parser.add_argument(
         "--prune_entropy",
@@ -293,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="RATIO",
         help="skip a setting's trials once one of its runs keeps under RATIO of its first "
-        "sampled entropy (0.333)",
+        "sampled entropy, e.g. 0.333 (off by default)",
     )
     parser.add_argument(
         "--prune_entropy_max",
@@ -301,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="RATIO",
         help="skip a setting's trials once one of its runs ends above RATIO times its first "
-        "sampled entropy (2: a blow-up)",
+        "sampled entropy, e.g. 2: a blow-up (off by default)",
     )
     parser.add_argument(
         "--only",
@@ -314,6 +326,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="task.",
         help="comma-separated key prefixes a setting spans (default: task.)",
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (see the module docstring); exit status 1 if any trial failed."""
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     base = {}

@@ -1,10 +1,10 @@
-"""Pruning a sweep by issue 42's rule: a setting one of whose runs ends more than `max_drop`
+"""Pruning a sweep by the rule a new default must meet: a setting one of whose runs ends more than `max_drop`
 points of held-out accuracy below its own best evaluation (on the selection side of the split,
 so that the test side a report shows chose nothing; a run made before that side existed is read
 on its one held-out side) cannot become the default
 (`jaxrl_llm.report_choice.choose`), so its trials not yet started are skipped; with
 `min_entropy_ratio`, so is a setting one of whose runs keeps less than that share of its first
-sampled-token entropy (the issue's done-when asks the default to keep a third), and with
+sampled-token entropy (a new default must keep a third), and with
 `max_entropy_ratio` one of whose runs ends above that multiple of it (an entropy blow-up: the
 samples turn to noise while the greedy answers may still improve).
 
@@ -70,12 +70,12 @@ def setting_pruner(
     if max_drop is not None and not max_drop > 0:
         raise ValueError(
             f"launch: --prune_drop={max_drop} must be > 0 (points of held-out accuracy a run "
-            "may end below its own best; issue 42's rule is 3)."
+            "may end below its own best; the default rule allows 3)."
         )
     if min_entropy_ratio is not None and not 0 < min_entropy_ratio <= 1:
         raise ValueError(
             f"launch: --prune_entropy={min_entropy_ratio} must be in (0, 1] (the share of its "
-            "first sampled entropy a run must keep; issue 42 asks a third, 0.333)."
+            "first sampled entropy a run must keep; a new default keeps a third, 0.333)."
         )
     if max_entropy_ratio is not None and not max_entropy_ratio > 1:
         raise ValueError(

@@ -94,9 +94,16 @@ def main(argv):
     except _user_errors() as e:
         if _DEBUG.value:
             raise
-        message = " ".join(str(e).split()) or type(e).__name__
-        print(f"error: {message} (--debug shows the traceback)", file=sys.stderr)
+        from jaxrl_llm.config import error_line
+
+        print(f"error: {error_line(e)} (--debug shows the traceback)", file=sys.stderr)
         sys.exit(1)
+    import jax
+
+    if jax.process_index() == 0:  # the curves and the outputs' place, once per run
+        from jaxrl_llm.plots import plot_finished_run
+
+        plot_finished_run(_WORKDIR.value)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -125,7 +132,10 @@ def _parse_flags(argv):
     try:
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as e:
-        message = str(e).replace("\\n", " ").replace("\n", " ").strip("'\" ")
+        from jaxrl_llm.config import error_line
+        from jaxrl_llm.config_files import unknown_config_flag
+
+        message = unknown_config_flag(argv) or error_line(e)
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
 

@@ -12,7 +12,8 @@ The KL panel shows `train/kl_ref` (KL to the frozen reference, logged when kl_be
 `train/approx_kl` (to the rollout policy).
 
 Figures are drawn on `matplotlib.figure.Figure` objects, without pyplot's global state, so this
-works in scripts, tests and notebooks alike.
+works in scripts, tests and notebooks alike. At the end of a command-line run,
+`plot_finished_run(workdir)` writes its curves into `workdir/plots` and says where its outputs are.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from jaxrl_llm.metrics import read_metrics
+from jaxrl_llm.metrics import EVAL_COMPLETIONS_FILE, read_metrics
 
 # (file stem, metric keys in order of preference, title).
 PANELS: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -176,6 +177,30 @@ def plot_runs(
         _draw(ax, panel, runs_rows, smoothing)
     _legend(axes[0], len(runs_rows))
     paths.append(_save(fig, os.path.join(out_dir, "learning_curves.png"), dpi, everything))
+    return paths
+
+
+# What a finished run's last line lists, when present, before `plots/`.
+RUN_OUTPUTS = ("metrics.jsonl", EVAL_COMPLETIONS_FILE, "summary.json")
+
+
+def plot_finished_run(workdir: str, *, log: Callable[[str], None] = print) -> list[str]:
+    """Writes a finished run's curves into `workdir/plots` (`plot_runs`) and logs where its
+    outputs are: "[jaxrl_llm] outputs in runs/x: metrics.jsonl, eval_completions.jsonl,
+    summary.json, plots/". A plotting error is logged, not raised: the run itself is done.
+
+    Returns:
+      The PNG paths written; empty without `metrics.jsonl` or after an error.
+    """
+    paths = []
+    if os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
+        try:
+            paths = plot_runs(workdir, os.path.join(workdir, "plots"))
+        except Exception as e:  # noqa: BLE001 -- a finished run must not fail on its plots
+            log(f"[jaxrl_llm] warning: curves not plotted ({type(e).__name__}: {e})")
+    names = [name for name in RUN_OUTPUTS if os.path.exists(os.path.join(workdir, name))]
+    names += ["plots/"] if paths else []
+    log(f"[jaxrl_llm] outputs in {workdir}: {', '.join(names) or 'none'}")
     return paths
 
 

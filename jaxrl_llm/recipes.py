@@ -9,10 +9,10 @@ top (`experiments/configs/grpo_smollm2.py` is the main job: `apply_recipe(grpo_c
 
     config = apply_recipe(grpo_config(), "stable")
 
-"stable" (issue 42's stabiliser sweep, `experiments/sweeps/stabilisers.py`, its eighth setting;
+"stable" (the stabiliser sweep's choice, `experiments/sweeps/stabilisers.py`, its eighth setting;
 docs/recipe.md has the table): the one setting so far, of ten, 3 seeds each on chain_sum and gcd
 with SmolLM2-135M-Instruct, whose worst run ends within 3 points of its own best held-out
-evaluation (the issue's rule; two settings still have runs to go and would replace it only with a
+evaluation (the rule a new default must meet; two settings still have runs to go and would replace it only with a
 higher mean gain). Mean gain +34.5 points: chain_sum +31.5 [+25.2, +38.0], gcd +37.5 [+29.2,
 +46.5] (95% bootstrap intervals over seeds 0-2 and questions, `jaxrl_llm.report`). It does not
 keep a third of the first sampled entropy on chain_sum (0.11-0.30 of it), and gcd's samples still

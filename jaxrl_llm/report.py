@@ -15,7 +15,7 @@ Per group: the runs (seeds), held-out greedy accuracy before and after training 
 `eval_questions.jsonl`), the gain with its interval (paired by seed and question), the best
 evaluation of the mean curve and its step, each seed's drop from its own best to its last
 evaluation, the lowest ratio of a seed's last sampled-token entropy to its first (`train/entropy`;
-issue 42 asks the default to keep at least a third), the hacks a seed's last evaluation shows
+a new default must keep at least a third), the hacks a seed's last evaluation shows
 and its first did not (a constant answer, a copied input number: `jaxrl_llm.evals.hacks`, from
 the answers `eval_questions.jsonl` keeps; "not kept" for older runs), the gain beyond chance (the
 gain in Cohen's kappa between answers and references, which a constant answer does not move:
@@ -35,7 +35,7 @@ intervals that hold all together at 95% (`family_confidence`).
     python -m jaxrl_llm.report GRPO=runs/seeds/main_job PPO=runs/seeds/algorithms/ppo \
         --against GRPO --out docs/reports/algorithms
 
-`--choose_across PREFIX` applies issue 42's rule for a new default to a sweep run on several
+`--choose_across PREFIX` applies the rule a new default must meet to a sweep run on several
 tasks: groups are joined into settings by their config minus the seed and minus every key under
 PREFIX (`task.`); a setting qualifies when it ran on every task of the report, each with at least
 3 seeds, and on each task its worst seed ends within `--max_drop` points (3) of its own best
@@ -44,7 +44,7 @@ evaluation; the chosen one is the qualifying setting of the highest mean gain ov
 setting is labelled by the keys where it leaves the values most settings share; those are listed
 under the table.
 `--min_entropy_ratio 0.333` also asks each seed to keep a third of its first sampled entropy
-(the done-when of issue 42, which a default that loses more cannot meet); `--max_entropy_ratio
+(the share a new default must keep, so a setting that loses more cannot become it); `--max_entropy_ratio
 2` asks each to end at most at twice it (past that the samples had turned to noise, 2026-11-29).
 
     python -m jaxrl_llm.report runs/seeds/stabilisers --choose_across task. \
@@ -126,7 +126,7 @@ from jaxrl_llm.report_start import held_out_of, with_start
 from jaxrl_llm.user_imports import add_import_option, import_all
 
 __all__ = [
-    "Group", "Run", "choice_markdown", "collect_groups", "copy_records", "family_confidence",
+    "Group", "Run", "build_parser", "choice_markdown", "collect_groups", "copy_records", "family_confidence",
     "keep_records", "load_run", "main", "markdown", "percent_cell", "record_copies",
     "summarize",
 ]  # fmt: skip
@@ -404,7 +404,7 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
     mean_curve = {s: float(np.mean([r.curve[s] for r in runs])) for s in steps}
     best_step = max(mean_curve, key=lambda s: (mean_curve[s], -s)) if mean_curve else None
     drops = [drop_from_best(r.curve) for r in runs if r.curve]
-    # Each seed's last sampled entropy over its first (issue 42 asks for at least a third).
+    # Each seed's last sampled entropy over its first (a new default must keep a third).
     entropy_ratios = [ratio for r in runs if (ratio := entropy_ratio(r.entropy)) is not None]
     hosts = sorted({_host(r.summary) for r in runs})
     # The hacks each seed's last evaluation shows against its first (None: answers not kept).
@@ -758,15 +758,18 @@ def choice_inputs(
     return list(rows), rows[0]["runs"][0].side
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (module docstring); exit status 2 on bad input, nothing written."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's options, each with its help text."""
     parser = argparse.ArgumentParser(
-        prog="python -m jaxrl_llm.report", description=__doc__.split("\n")[0]
+        prog="python -m jaxrl_llm.report",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
     )
     parser.add_argument("paths", nargs="+", help="run or sweep directories, or LABEL=DIR,DIR")
     parser.add_argument("--out", help="also write OUT.md and OUT.png")
     parser.add_argument("--no_plot", action="store_true", help="with --out, write OUT.md only")
-    parser.add_argument("--resamples", type=int, default=4000, help="bootstrap replicates")
+    parser.add_argument(
+        "--resamples", type=int, default=4000, help="bootstrap replicates (default %(default)s)"
+    )
     parser.add_argument("--against", help="a group's label: every other group's difference to it")
     parser.add_argument(
         "--side",
@@ -779,10 +782,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--choose_across",
         metavar="PREFIX",
         help="join groups into settings across the keys under PREFIX (task.) and choose the "
-        "default by issue 42's rule",
+        "default: the setting of the highest mean gain among those whose every seed ends within "
+        "--max_drop points of its best evaluation, on every task, with at least 3 seeds",
     )
     parser.add_argument(
-        "--max_drop", type=float, default=3.0, help="points a seed may end below its best"
+        "--max_drop",
+        type=float,
+        default=3.0,
+        help="with --choose_across, points of held-out accuracy a seed may end below its best "
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--min_entropy_ratio",
@@ -790,7 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="RATIO",
         help="with --choose_across, a setting's seeds must also keep RATIO of their first "
-        "sampled entropy (issue 42's done-when: 0.333)",
+        "sampled entropy, e.g. 0.333 (off by default)",
     )
     parser.add_argument(
         "--max_entropy_ratio",
@@ -798,7 +806,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="RATIO",
         help="with --choose_across, a setting's seeds must also end at most at RATIO times "
-        "their first sampled entropy (2: no blow-up)",
+        "their first sampled entropy, e.g. 2: no blow-up (off by default)",
     )
     parser.add_argument(
         "--start_from",
@@ -824,11 +832,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=DEFAULT_WINDOW,
         metavar="STEPS",
-        help="steps averaged at each end of a run for --metric",
+        help="steps averaged at each end of a run for --metric (default %(default)s)",
     )
     add_import_option(
         parser, "a module or .py file registering a scorer the runs name, imported first"
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (module docstring); exit status 2 on bad input, nothing written."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     command = "python -m jaxrl_llm.report " + shlex.join(
         list(argv if argv is not None else sys.argv[1:])

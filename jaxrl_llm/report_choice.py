@@ -1,4 +1,4 @@
-"""Choosing a sweep's default by issue 42's rule (`python -m jaxrl_llm.report --choose_across`).
+"""Choosing a sweep's default by the rule a new default must meet (`python -m jaxrl_llm.report --choose_across`).
 
 Groups summarized by `jaxrl_llm.report.summarize` whose configs agree but for the seed and the
 keys under a prefix (`task.`) are one setting; a setting qualifies when it ran on every task
@@ -60,14 +60,14 @@ def choose(
     min_entropy_ratio: float | None = None,
     max_entropy_ratio: float | None = None,
 ) -> tuple[list[Setting], Setting | None]:
-    """Issue 42's rule for a new default, over summarized groups (`summarize`).
+    """The rule a new default must meet, over summarized groups (`summarize`).
 
     Groups whose configs agree but for the seed and the keys under `across` are one setting.
     A setting qualifies when it has a group for every task (every value of the `across` keys
     among `rows`), each of at least `min_seeds` seeds whose worst drop (best held-out
     evaluation minus the last, `summarize`'s `worst_drop`) is at most `max_drop`; with
     `min_entropy_ratio`, also each seed's last sampled entropy at least that share of its first
-    (the issue's done-when asks a third of the default: a setting that loses more cannot meet it);
+    (a new default must keep a third: a setting that loses more cannot become it);
     with `max_entropy_ratio`, each seed's last at most that multiple of its first (a blow-up).
 
     Returns:

@@ -4,7 +4,7 @@ intervals, the difference between groups, and its curve.
 Held-out accuracy says whether a run learned; what it learned to do is in the per-step metrics
 of the training stream (`metrics.jsonl`): steps per completion and completion length for the
 step-repeating hack of process rewards (Gao et al., "On Designing Effective RL Reward at
-Training Time for LLM Reasoning", arXiv:2410.15115; issue 46), sampled entropy, the kept-group
+Training Time for LLM Reasoning", arXiv:2410.15115), sampled entropy, the kept-group
 fraction. `--metric NAME` adds one such metric to the report:
 
     python -m jaxrl_llm.report runs/prm_refinement --metric reward/process_steps \
@@ -80,7 +80,7 @@ class MetricRow(NamedTuple):
       seed_ends: each seed's end, in seed order.
       seed_peaks: each seed's highest mean over `window` consecutive logged steps and the
         last step of that window, in seed order: a hack that appears mid-run and recedes
-        (issue 46's step repeating) shows here and not at the end.
+        (process rewards' step repeating) shows here and not at the end.
     """
 
     label: str

@@ -1,4 +1,5 @@
-"""The pieces of issue 42's rule that the report (`jaxrl_llm.report`), its choice of a default
+"""The pieces of the rule a new default must meet (each seed ends within 3 points of its own
+best held-out evaluation and keeps a third of its first sampled entropy) that the report (`jaxrl_llm.report`), its choice of a default
 (`jaxrl_llm.report_choice`) and the sweep pruner (`jaxrl_llm.launch_prune`) share: a run's
 held-out curve and sampled entropy from its metrics rows, its drop from its best evaluation, the
 share of its entropy it keeps, and the keys that join runs into groups and settings.
@@ -101,8 +102,8 @@ def choice_curve(metrics: Sequence[Mapping[str, Any]]) -> tuple[dict[int, float]
 
 
 def drop_from_best(curve: Mapping[int, float]) -> float:
-    """How far a run's last evaluation of {step: held-out accuracy} ends below its best (issue
-    42's rule allows 0.03); 0.0 for a curve that ends at its best."""
+    """How far a run's last evaluation of {step: held-out accuracy} ends below its best (a new
+    default's runs may drop 0.03); 0.0 for a curve that ends at its best."""
     return max(curve.values()) - curve[max(curve)]
 
 
@@ -113,8 +114,8 @@ def exceeds(value: float, limit: float) -> bool:
 
 
 def entropy_ratio(entropy: Mapping[int, float]) -> float | None:
-    """A run's last sampled-token entropy over its first, of {step: `train/entropy`} (issue 42
-    asks the default to keep at least a third); None when not logged or the first is 0."""
+    """A run's last sampled-token entropy over its first, of {step: `train/entropy`} (a new
+    default must keep at least a third); None when not logged or the first is 0."""
     if not entropy or not entropy[min(entropy)] > 0:
         return None
     return entropy[max(entropy)] / entropy[min(entropy)]

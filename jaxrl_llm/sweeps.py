@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jaxrl_llm.config import error_line
 from jaxrl_llm.config_files import load_module
 
 Trial = dict[str, Any]
@@ -189,6 +190,5 @@ def check_trials(
         try:
             configs.append(load_config(config_path, overrides))
         except (KeyError, ValueError, TypeError) as e:
-            message = e.args[0] if isinstance(e, KeyError) and e.args else e
-            raise ValueError(f"sweep trial {i} {dict(trial)}: {message}") from e
+            raise ValueError(f"sweep trial {i} {dict(trial)}: {error_line(e)}") from e
     return configs

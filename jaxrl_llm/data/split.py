@@ -57,7 +57,7 @@ __all__ = [
     "side_rows",
 ]
 
-# The test share of every problem space: 10%, as the issue that introduced the split proposed
+# The test share of every problem space: 10%
 # (a 200-problem test set needs a space of about 2,000 problems).
 DEFAULT_HELD_OUT_FRACTION = 0.1
 # The selection share: as much again, so a recipe can be chosen on 200 problems of its own.

@@ -5,8 +5,8 @@ end-of-turn separator, the observation messages, the opener of the next assistan
 text the chat template renders after an assistant message, encoded on its own: the boundary is
 at the template's end-of-turn token, a special token, so nothing merges across it. This is
 where peers went wrong: decoding a turn and encoding the whole conversation again changes ids
-(TRL #5224), and a continuation that forgets the newline after the end-of-turn token trains on
-a format the template never produces (verl #3960); here the separator is taken from the
+(https://github.com/huggingface/trl/issues/5224), and a continuation that forgets the newline after the end-of-turn token trains on
+a format the template never produces (https://github.com/volcengine/verl/issues/3960); here the separator is taken from the
 template itself.
 
     renderer = EpisodeRenderer(tokenizer)

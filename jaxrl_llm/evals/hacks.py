@@ -4,8 +4,8 @@ one a process reward model paid for.
 docs/recipe.md records them: on lcm the policy learned to end on a copy of the larger input
 ("LCM(2, 4)\\nLCM(2, 4)\\nThe LCM(2, 4) is the smallest multiple of", right whenever one number
 divides the other), on gcd and letter_counting to give one constant answer ("2", "1") that is
-right by chance on a large share of questions. Issue 42 asks that no run of the default recipe
-shows either. From one evaluation's per-question records (what `Evaluator.details` keeps and
+right by chance on a large share of questions. The default recipe must show
+neither in any run. From one evaluation's per-question records (what `Evaluator.details` keeps and
 `eval_questions.jsonl` stores):
 
     constant answer   the commonest answer's share of the questions and its precision (how often

@@ -90,7 +90,7 @@ def rewards_section() -> ml_collections.ConfigDict:
     c.process_placement = "summed"
     # Log `reward/process_steps` (steps per completion, split on `step_marker`) also without a
     # process model, so that a success-only baseline shows the step counts its PRM arms are
-    # compared on (issue 46: does the step-repeating hack appear?). With a process model the
+    # compared on (does the step-repeating hack appear?). With a process model the
     # count is always logged.
     c.count_steps = False
     return c

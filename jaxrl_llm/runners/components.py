@@ -164,9 +164,12 @@ def total_updates(config: ml_collections.ConfigDict) -> int:
     return config.train.num_steps * config.train.num_minibatches
 
 
-def build_optimizer(section: ml_collections.ConfigDict, total_updates: int):
+def build_optimizer(
+    section: ml_collections.ConfigDict, total_updates: int, field: str = "config.optimizer"
+):
     """AdamW from a config section with learning_rate, warmup_steps and max_grad_norm (and
-    optionally schedule, weight_decay, b1, b2): `config.optimizer` or `config.critic`."""
+    optionally schedule, weight_decay, b1, b2): `config.optimizer` or `config.critic`, named
+    by `field` in an error."""
     return make_optimizer(
         learning_rate=section.learning_rate,
         warmup_steps=section.warmup_steps,
@@ -176,6 +179,7 @@ def build_optimizer(section: ml_collections.ConfigDict, total_updates: int):
         b1=section.get("b1", 0.9),
         b2=section.get("b2", 0.99),
         max_grad_norm=section.max_grad_norm,
+        field=field,
     )
 
 
@@ -292,7 +296,7 @@ def build_roles(
         trunk = strip_adapters(policy) if lora else policy
         critic = Critic(
             init_value_model(config.critic.init, trunk, seed=config.seed),
-            build_optimizer(config.critic, total_updates(config)),
+            build_optimizer(config.critic, total_updates(config), "config.critic"),
             algorithm.critic_loss,
             placement.train_mesh,
             forward_batch=chunk,

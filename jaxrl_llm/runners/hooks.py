@@ -247,21 +247,25 @@ class ProgressHook(Hook):
         )
 
     def on_step(self, run: RunContext, record: StepRecord) -> None:
-        s = record.scalars
-        kl = s.get("train/kl_ref", s.get("algo/kl", s.get("train/approx_kl", 0.0)))
-        self.bar.set_postfix(
-            reward=f"{s['reward/mean']:.2f}",
-            acc=f"{s['reward/accuracy']:.2f}",
-            kl=f"{kl:.4f}",
-            ent=f"{s.get('train/entropy', float('nan')):.2f}",
-            len=f"{s['completion/length']:.0f}",
-            t=f"{s['time/rollout_s']:.0f}/{s['time/reward_s']:.0f}/{s['time/train_s']:.0f}s",
-        )
+        self.bar.set_postfix_str(progress_text(record.scalars))
         self.bar.update(1)
 
     def on_end(self, run: RunContext) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def progress_text(s: dict[str, float]) -> str:
+    """The progress bar's fields, each named, from one step's scalars; the seconds the step
+    spent in rollout, reward and train come last:
+    "reward 0.50 acc 0.25 kl 0.0010 ent 1.20 len 45 | rollout 25s rewards 0s train 47s"."""
+    kl = s.get("train/kl_ref", s.get("algo/kl", s.get("train/approx_kl", 0.0)))
+    return (
+        f"reward {s['reward/mean']:.2f} acc {s['reward/accuracy']:.2f} kl {kl:.4f} "
+        f"ent {s.get('train/entropy', float('nan')):.2f} len {s['completion/length']:.0f} | "
+        f"rollout {s['time/rollout_s']:.0f}s rewards {s['time/reward_s']:.0f}s "
+        f"train {s['time/train_s']:.0f}s"
+    )
 
 
 def default_hooks(config, workdir: str, *, desc: str, progress: bool = True) -> list[Hook]:

@@ -265,7 +265,7 @@ def _critic_learner(workload: Workload, mesh: Mesh):
         return ScalarHeadModel.from_policy(policy, seed=0)
 
     critic = nnx.eval_shape(build)
-    optimizer = build_optimizer(c.critic, total_updates(c))
+    optimizer = build_optimizer(c.critic, total_updates(c), "config.critic")
     program, params, _ = learner_program(critic, optimizer, algorithm.critic_loss, mesh)
     return program, params, optimizer, algorithm
 

@@ -60,23 +60,29 @@ def learning_rate_schedule(
     warmup_steps: int = 0,
     total_steps: int | None = None,
     schedule: str = "constant",
+    field: str = "optimizer",
 ) -> optax.Schedule:
     """Linear warmup from 0 to `learning_rate` over `warmup_steps`, then constant/cosine/linear decay.
 
-    Decay schedules reach 0 at `total_steps` (required for them).
+    Decay schedules reach 0 at `total_steps` (required for them). `field` is the config section
+    an error names (`config.optimizer`, `config.critic`), so it names the flag to change.
     """
     if schedule not in SCHEDULES:
-        raise ValueError(f"optimizer: schedule={schedule!r} must be one of {SCHEDULES}.")
+        raise ValueError(f"{field}.schedule={schedule!r} must be one of {SCHEDULES}.")
     if learning_rate <= 0:
-        raise ValueError(f"optimizer: learning_rate={learning_rate} must be > 0.")
+        raise ValueError(f"{field}.learning_rate={learning_rate} must be > 0.")
     warmup = optax.linear_schedule(0.0, learning_rate, max(warmup_steps, 1))
     if schedule == "constant":
         after = optax.constant_schedule(learning_rate)
     else:
-        if total_steps is None or total_steps <= warmup_steps:
+        if total_steps is None:
+            raise ValueError(f"{field}.schedule={schedule!r} needs total_steps to decay over.")
+        if total_steps <= warmup_steps:
             raise ValueError(
-                f"optimizer: schedule={schedule!r} needs total_steps > warmup_steps "
-                f"(got total_steps={total_steps}, warmup_steps={warmup_steps})."
+                f"{field}.schedule={schedule!r} decays over the run's {total_steps} optimizer "
+                f"updates, which must outnumber {field}.warmup_steps={warmup_steps}: set "
+                f"--{field}.warmup_steps below {total_steps}, raise --config.train.num_steps, "
+                f"or set --{field}.schedule=constant."
             )
         decay_steps = total_steps - warmup_steps
         if schedule == "cosine":
@@ -99,6 +105,7 @@ def make_optimizer(
     b2: float = 0.999,
     eps: float = 1e-8,
     max_grad_norm: float | None = 1.0,
+    field: str = "optimizer",
 ) -> optax.GradientTransformation:
     """AdamW (Loshchilov & Hutter, arXiv:1711.05101) behind global-norm gradient clipping.
 
@@ -110,6 +117,7 @@ def make_optimizer(
       weight_decay: decoupled weight decay (applied to every parameter).
       b1, b2, eps: Adam moments' decay rates and epsilon.
       max_grad_norm: clip the global gradient norm to this; None disables clipping.
+      field: the config section errors name, e.g. "config.critic".
 
     Returns:
       An optax GradientTransformation.
@@ -122,10 +130,11 @@ def make_optimizer(
         warmup_steps=warmup_steps,
         total_steps=total_steps,
         schedule=schedule,
+        field=field,
     )
     adamw = optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
     if max_grad_norm is None:
         return adamw
     if max_grad_norm <= 0:
-        raise ValueError(f"optimizer: max_grad_norm={max_grad_norm} must be > 0 (or None).")
+        raise ValueError(f"{field}.max_grad_norm={max_grad_norm} must be > 0 (or None).")
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), adamw)

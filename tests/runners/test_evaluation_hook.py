@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jaxrl_llm.runners.hooks import EvaluationHook
+from jaxrl_llm.runners.hooks import EvaluationHook, progress_text
 
 
 class FakeRun:
@@ -45,3 +45,19 @@ def test_a_last_step_every_does_not_reach_is_evaluated_after_training():
     assert run.evaluations == 2  # step 2, then after step 3
     assert [step for step, _ in run.logged] == [2, 3]
     assert run.summary["eval_after"]["accuracy"] == 0.2
+
+
+def test_the_progress_bar_names_its_fields_and_the_seconds_of_each_phase():
+    scalars = {
+        "reward/mean": 0.5,
+        "reward/accuracy": 0.25,
+        "train/kl_ref": 0.001,
+        "train/entropy": 1.2,
+        "completion/length": 45.4,
+        "time/rollout_s": 25.2,
+        "time/reward_s": 0.3,
+        "time/train_s": 47.0,
+    }
+    assert progress_text(scalars) == (
+        "reward 0.50 acc 0.25 kl 0.0010 ent 1.20 len 45 | rollout 25s rewards 0s train 47s"
+    )

@@ -40,6 +40,19 @@ def test_warmup_then_constant_and_cosine():
         learning_rate_schedule(learning_rate=1.0, schedule="bogus")
     with pytest.raises(ValueError, match="needs total_steps"):
         make_optimizer(learning_rate=1.0, schedule="cosine")
+    with pytest.raises(ValueError) as info:
+        make_optimizer(
+            learning_rate=1.0,
+            warmup_steps=2,
+            total_steps=1,
+            schedule="cosine",
+            field="config.optimizer",
+        )
+    assert str(info.value) == (
+        "config.optimizer.schedule='cosine' decays over the run's 1 optimizer updates, which "
+        "must outnumber config.optimizer.warmup_steps=2: set --config.optimizer.warmup_steps "
+        "below 1, raise --config.train.num_steps, or set --config.optimizer.schedule=constant."
+    )
 
 
 def _xent_loss(model, batch):

@@ -4,7 +4,13 @@ import os
 
 import pytest
 
-from jaxrl_llm.config_files import config_from_file, sibling_config, split_config_arg
+from jaxrl_llm.config import apply_overrides, config_for, error_line
+from jaxrl_llm.config_files import (
+    config_from_file,
+    sibling_config,
+    split_config_arg,
+    unknown_config_flag,
+)
 from jaxrl_llm.runners.stages import load_config
 from tests.run_helpers import ROOT
 
@@ -16,6 +22,32 @@ def test_split_config_arg_follows_config_flags():
     assert split_config_arg("a/b.py") == ("a/b.py", None)
     assert split_config_arg("C:/x/b.py") == ("C:/x/b.py", None)  # a colon before the file name
     assert split_config_arg("b.py:") == ("b.py:", None)
+
+
+def test_an_unknown_config_flag_names_the_full_key_and_the_closest_field():
+    tiny = os.path.join(CONFIGS, "grpo_tiny.py")
+    argv = ["main", "--config", tiny, "--config.train.num_steps=2", "--config.train.num_stepz=1"]
+    assert unknown_config_flag(argv) == (
+        "--config.train.num_stepz is not a config field; did you mean --config.train.num_steps?"
+    )
+    # a misspelt section, the `--config=FILE` and `--config.KEY VALUE` forms
+    assert unknown_config_flag([f"--config={tiny}", "--config.trainn.num_steps", "1"]) == (
+        "--config.trainn.num_steps is not a config field; did you mean --config.train.num_steps?"
+    )
+    assert unknown_config_flag(["--config", tiny, "--config.zzzzzz=1"]) == (
+        "--config.zzzzzz is not a config field (none is close; check its spelling)."
+    )
+    assert unknown_config_flag(["--config", tiny, "--config.train.num_steps=1"]) is None
+    assert unknown_config_flag(["--config", "missing.py", "--config.a=1"]) is None
+
+
+def test_an_unknown_override_prints_without_quotes():
+    with pytest.raises(KeyError) as info:
+        apply_overrides(config_for("grpo"), {"loss.clip_hihg": 0.3})
+    assert error_line(info.value) == (
+        "loss.clip_hihg is not a config field; did you mean loss.clip_high?"
+    )
+    assert error_line(ValueError("a\\nb\n c")) == "a b c"
 
 
 def test_config_arg_calls_get_config_with_it(tmp_path):

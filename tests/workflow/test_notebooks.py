@@ -76,7 +76,7 @@ def test_02_grpo_tiny(tmp_path):
     out = _execute(
         "02_grpo_tiny.ipynb", cwd, CONFIG=TINY, NUM_STEPS=3, WORKDIR=str(tmp_path / "run")
     )
-    assert "Did you mean rollout.group_size" in out
+    assert "did you mean rollout.group_size" in out
     assert json.load(open(tmp_path / "run" / "summary.json"))["steps"] == 3
     for stem in ["reward", "accuracy", "kl", "entropy", "length"]:
         assert mpimg.imread(tmp_path / "run" / "plots" / f"{stem}.png").shape == (400, 600, 4)

@@ -97,3 +97,30 @@ def test_smoothing_and_errors(tmp_path):
     with pytest.raises(ValueError, match="smoothing"):
         plots.plot_runs(str(tmp_path / "r"), str(tmp_path / "o"), smoothing=1.0)
     assert plots.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_a_finished_run_gets_its_plots_and_one_line_naming_its_outputs(tmp_path):
+    _write_run(tmp_path, [0.1, 0.4])
+    (tmp_path / "summary.json").write_text("{}")
+    lines = []
+    paths = plots.plot_finished_run(str(tmp_path), log=lines.append)
+    assert [os.path.basename(p) for p in paths] == [f"{s}.png" for s in STEMS]
+    assert all(os.path.isfile(tmp_path / "plots" / f"{s}.png") for s in STEMS)
+    assert lines == [
+        f"[jaxrl_llm] outputs in {tmp_path}: metrics.jsonl, eval_completions.jsonl, summary.json, plots/"
+    ]
+
+
+def test_a_plotting_error_is_logged_not_raised(tmp_path, monkeypatch):
+    _write_run(tmp_path, [0.1])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no backend")
+
+    monkeypatch.setattr(plots, "plot_runs", broken)
+    lines = []
+    assert plots.plot_finished_run(str(tmp_path), log=lines.append) == []
+    assert lines == [
+        "[jaxrl_llm] warning: curves not plotted (RuntimeError: no backend)",
+        f"[jaxrl_llm] outputs in {tmp_path}: metrics.jsonl, eval_completions.jsonl",
+    ]

@@ -95,7 +95,7 @@ def test_every_sweep_file_loads_and_validates_against_its_config(path):
 
 def test_check_trials_names_the_bad_trial(tmp_path):
     bad = [{"seed": 1}, {"loss.clip_hihg": 0.3}]
-    with pytest.raises(ValueError, match=r"sweep trial 1 .*Did you mean loss.clip_high"):
+    with pytest.raises(ValueError, match=r"sweep trial 1 .*did you mean loss.clip_high\?"):
         sweeps.check_trials(TINY, bad)
     with pytest.raises(ValueError, match=r"sweep trial 0 .*rollout.group_size must be >= 2"):
         sweeps.check_trials(TINY, [{"rollout.group_size": 1}])
