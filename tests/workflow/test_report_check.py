@@ -61,7 +61,7 @@ def test_a_changed_sentence_names_its_line(tmp_path, monkeypatch):
     text = path.read_text()
     path.write_text(text.replace("is not a win.", "is a win.", 1))
     outcome = report_check.check_report("docs/reports/lora.md")
-    assert outcome.status == "differs" and outcome.message.startswith("line 9: committed '...")
+    assert outcome.status == "differs" and outcome.message.startswith("line 10: committed '...")
     assert "interval includes 0 is a win.'" in outcome.message
     assert "interval includes 0 is not a win.'" in outcome.message
 
