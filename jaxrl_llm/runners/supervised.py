@@ -189,7 +189,7 @@ def fit(
     checkpointer.ensure_space(
         learner.state, saves=saves_left(meta["step"], num_steps=num_steps, every=checkpoint_every)
     )
-    writer = MetricsWriter(workdir)
+    writer = MetricsWriter.for_run(config, workdir)
     writer.rewind(meta["step"] if restored is not None else -1)  # log each step once
     if meta["before"] is None:
         meta["before"] = evaluate("before")
