@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import struct
+import time
 
 import pytest
 
@@ -62,20 +63,30 @@ def _wandb_records(path: str) -> list[bytes]:
     return records
 
 
-def _wandb_history(run_dir: str) -> dict[int, dict]:
+def _wandb_history(run_dir: str, timeout_s: float = 30.0) -> dict[int, dict]:
+    """{step: logged values} of an offline run, once its file holds the run's exit record
+    (wandb's service process may still be writing the file when `finish` returns)."""
     from wandb.proto import wandb_internal_pb2
 
     [path] = glob.glob(os.path.join(run_dir, "run-*.wandb"))
+    deadline = time.time() + timeout_s
+    while True:
+        records = []
+        for data in _wandb_records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            records.append(record)
+        kinds = [r.WhichOneof("record_type") for r in records]
+        if "exit" in kinds or time.time() > deadline:
+            break
+        time.sleep(0.2)
     history = {}
-    for data in _wandb_records(path):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "history":
-            row = {
+    for record, kind in zip(records, kinds, strict=True):
+        if kind == "history":
+            history[record.history.step.num] = {
                 i.key or "/".join(i.nested_key): json.loads(i.value_json)
                 for i in record.history.item
             }
-            history[row["_step"]] = row
     return history
 
 
