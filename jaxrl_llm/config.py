@@ -223,6 +223,12 @@ def base_config() -> ml_collections.ConfigDict:
     from jaxrl_llm.envs.config import env_section
 
     c.env = env_section()
+
+    # Where metrics go besides the JSONL files: TensorBoard (on), wandb (off; offline by
+    # default); see jaxrl_llm/metrics_wandb.py.
+    from jaxrl_llm.metrics_wandb import metrics_section
+
+    c.metrics = metrics_section()
     return c
 
 
@@ -491,6 +497,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 
     validate_off_policy_section(config)
     validate_async_section(config)
+    from jaxrl_llm.metrics_wandb import validate_metrics_section
+
+    validate_metrics_section(config)
     from jaxrl_llm.algorithms.stabilisers import validate_stabilisers
 
     if "stabilise" in config:

@@ -1,4 +1,5 @@
-"""Metrics: one writer for TensorBoard event files (tensorboardX, no TensorFlow) and JSONL.
+"""Metrics: one writer for TensorBoard event files (tensorboardX, no TensorFlow), JSONL and,
+where `config.metrics.wandb` asks, a wandb run (`jaxrl_llm.metrics_wandb`).
 
 `metrics.jsonl` has one JSON object per step; `samples.jsonl` holds logged completions;
 `eval_questions.jsonl` holds each evaluation's per-question correctness (what `jaxrl_llm.report`
@@ -19,6 +20,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+__all__ = [
+    "EVAL_COMPLETIONS_FILE",
+    "EVAL_QUESTIONS_FILE",
+    "MAX_ANSWER_CHARS",
+    "MetricsWriter",
+    "completion_rows",
+    "read_eval_questions",
+    "read_eval_rows",
+    "read_metrics",
+]
 
 
 def _to_float(value: Any) -> float:
@@ -61,9 +73,15 @@ class MetricsWriter:
       workdir: the run directory; files go to `workdir/metrics.jsonl`, `workdir/samples.jsonl`
         and TensorBoard events under `workdir/tensorboard`.
       tensorboard: also write TensorBoard event files.
+      wandb: also send scalars and samples to this writer (`jaxrl_llm.metrics_wandb.WandbWriter`,
+        or anything with its `write_scalars`, `write_samples` and `close`).
+
+    Example:
+      writer = MetricsWriter.for_run(config, workdir)   # as `config.metrics` says
+      writer.write_scalars(1, {"reward": 0.5})
     """
 
-    def __init__(self, workdir: str, *, tensorboard: bool = True):
+    def __init__(self, workdir: str, *, tensorboard: bool = True, wandb: Any = None):
         os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
         self._metrics = self._open_for_append(os.path.join(workdir, "metrics.jsonl"))
@@ -73,6 +91,18 @@ class MetricsWriter:
         self._tb = None
         if tensorboard:
             self._tb = _tensorboard_writer(os.path.join(workdir, "tensorboard"))
+        self._wandb = wandb
+
+    @classmethod
+    def for_run(cls, config, workdir: str) -> MetricsWriter:
+        """The writer `config.metrics` asks for (`jaxrl_llm.metrics_wandb.metrics_section`):
+        TensorBoard unless `tensorboard=False`, wandb where `wandb=True`. A config without a
+        `metrics` section (written before it existed) gets TensorBoard alone."""
+        from jaxrl_llm.metrics_wandb import wandb_writer_for
+
+        metrics = config.get("metrics")
+        tensorboard = True if metrics is None else bool(metrics.tensorboard)
+        return cls(workdir, tensorboard=tensorboard, wandb=wandb_writer_for(config, workdir))
 
     def _open_for_append(self, path: str):
         """Opens a JSONL file for appending; a torn last line (a crash mid-write) is cut off and
@@ -122,6 +152,12 @@ class MetricsWriter:
             log.warning(
                 "%s: %d rows logged after step %d moved to *.superseded", self.workdir, moved, step
             )
+            if self._wandb is not None:
+                log.warning(
+                    "%s: wandb keeps the steps after %d it was sent and drops re-logged ones",
+                    self.workdir,
+                    step,
+                )
         return moved
 
     def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> dict[str, float]:
@@ -133,6 +169,8 @@ class MetricsWriter:
             for key, value in values.items():
                 self._tb.add_scalar(key, value, int(step))
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.write_scalars(int(step), values)
         return values
 
     def write_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
@@ -145,6 +183,8 @@ class MetricsWriter:
                 f"**reward {s.get('reward', '')}**\n\n{s.get('completion', '')}" for s in samples
             )
             self._tb.add_text("samples", text, int(step))
+        if self._wandb is not None and samples:
+            self._wandb.write_samples(int(step), samples)
 
     def write_eval_questions(
         self,
@@ -187,6 +227,8 @@ class MetricsWriter:
         self._completions.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.close()
 
 
 def completion_rows(step: int, set_name: str, details: Mapping[str, Any]) -> list[dict[str, Any]]:

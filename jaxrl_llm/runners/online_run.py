@@ -120,7 +120,7 @@ class OnlineRun:
         self.algo_state = algorithm.init()
         self.meta: dict[str, Any] = {"step": 0, "data": parts.batcher.state(), "eval_before": None}
         self.summary: dict[str, Any] = {}
-        self.writer = MetricsWriter(workdir)
+        self.writer = MetricsWriter.for_run(config, workdir)
         pad_id = parts.tokenizer.pad_token_id or 0
         self.stabilisers = StepStabilisers(
             config, pad_id=pad_id, meta=self.meta, vocab_size=parts.tokenizer.vocab_size

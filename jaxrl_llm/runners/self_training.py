@@ -238,7 +238,7 @@ def run_self_training(config: ml_collections.ConfigDict, workdir: str, *, progre
     if before is None:
         before = run.accuracy()
         _write_json(os.path.join(workdir, "before.json"), before)
-    writer = MetricsWriter(workdir)
+    writer = MetricsWriter.for_run(config, workdir)
     iterations, finished_dir, trained_here = [], None, False
     try:
         for i in range(s.iterations):

@@ -140,6 +140,7 @@ def run_validated_stage(
         desc=stage.desc(config),
         progress=progress,
         max_time_s=config.train.max_time_s,
+        config=config,
     )
     directory = os.path.join(workdir, stage.output)
     stage.save(run, directory)
@@ -172,6 +173,7 @@ def fit(
     desc: str = "train",
     progress: bool = True,
     max_time_s: float = 0.0,
+    config: ml_collections.ConfigDict | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Trains `learner` to `num_steps` updates (resuming from `workdir/checkpoints`); writes
     `train/*` metrics every step and `evaluate(when)` at step 0, every `eval_every` steps (0: never
@@ -179,7 +181,8 @@ def fit(
     saves) after the first update that ends past that many seconds of updates in this process
     (evaluations excluded). The newest `keep_checkpoints` checkpoints are kept; a disk that cannot
     hold those still to come stops it before the first evaluation (`CheckpointSpaceError`).
-    Returns (before, after)."""
+    `config` (the run's) says where metrics go besides the JSONL files (`config.metrics`; None:
+    TensorBoard). Returns (before, after)."""
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=keep_checkpoints)
     restored = checkpointer.restore_latest(abstract_like(learner.state))
     meta: dict[str, Any] = {"step": 0, "before": None}
@@ -189,7 +192,7 @@ def fit(
     checkpointer.ensure_space(
         learner.state, saves=saves_left(meta["step"], num_steps=num_steps, every=checkpoint_every)
     )
-    writer = MetricsWriter(workdir)
+    writer = MetricsWriter(workdir) if config is None else MetricsWriter.for_run(config, workdir)
     writer.rewind(meta["step"] if restored is not None else -1)  # log each step once
     if meta["before"] is None:
         meta["before"] = evaluate("before")
