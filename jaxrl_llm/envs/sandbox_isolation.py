@@ -283,7 +283,9 @@ def bwrap_launch(found: Isolation, command: list[str], *, network: bool, tmpfs_b
             pool.give(inner, reuse=True)
         raise
     argv = ["bwrap", "--args", str(own[-1]), *found.user.command_prefix(), *command]
-    userns = sorted({*found.user.userns_fds, *([inner] if inner is not None else [])})
+    # the outer namespace and this call's inner one only: the first inner namespace may have
+    # been retired (closed) by a killed call, and its number since reused by another descriptor
+    userns = found.user.userns_fds[:1] + ((inner,) if inner is not None else ())
     return Launch(argv, found.bwrap, (*userns, *own), tuple(own), inner, found.user)
 
 
