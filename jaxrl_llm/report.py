@@ -100,7 +100,7 @@ from jaxrl_llm.config import flat_dict
 from jaxrl_llm.evals.agreement import kappa_intervals
 from jaxrl_llm.evals.hacks import EvalAnswers, find_hacks
 from jaxrl_llm.evals.intervals import Interval, difference_interval, seeds_questions_interval
-from jaxrl_llm.evals.scorers import SCORERS, scorer_of_run
+from jaxrl_llm.evals.scorers import scorer_of_run
 from jaxrl_llm.evals.suite import SELECTION_SET
 from jaxrl_llm.metrics import read_eval_rows, read_metrics
 from jaxrl_llm.report_choice import Setting, choose, common_values
@@ -122,6 +122,7 @@ from jaxrl_llm.report_rules import (
     sampled_entropy,
     with_added_keys,
 )
+from jaxrl_llm.report_sides import SIDE_NOTES, check_one_scorer, cut_share, sides_and_scorers
 from jaxrl_llm.report_start import held_out_of, with_start
 from jaxrl_llm.user_imports import add_import_option, import_all
 
@@ -425,7 +426,7 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
     )
     interval = lambda table: seeds_questions_interval(table, num_resamples=num_resamples)  # noqa: E731
     return {
-        "cut_share": _cut_share(runs),
+        "cut_share": cut_share(runs),
         "label": group.label,
         "seeds": [r.seed for r in runs],
         "before": interval(before),
@@ -447,32 +448,6 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         "curves": {s: [r.curve[s] for r in runs] for s in steps},
         "runs": runs,
     }
-
-
-def _cut_share(runs: Sequence[Run]) -> float | None:
-    """The share of the right answers of the runs' last evaluations that came from completions
-    cut at the token limit (pooled over seeds); None where a run kept no truncation flags."""
-    if not all(r.final_step in r.truncated and r.final_step in r.correct for r in runs):
-        return None
-    right = sum(int(r.correct[r.final_step].sum()) for r in runs)
-    cut = sum(int((r.correct[r.final_step] & r.truncated[r.final_step]).sum()) for r in runs)
-    return cut / right if right else 0.0
-
-
-def check_one_scorer(option: str, runs: Sequence[Run]) -> str:
-    """The scorer all `runs` were measured with, else a ValueError naming `option`, the field
-    (`eval.scorer`), each scorer's runs and the fix: two rulers make no difference."""
-    by_scorer: dict[str, list[str]] = {}
-    for run in runs:
-        by_scorer.setdefault(run.scorer, []).append(run.workdir)
-    if len(by_scorer) > 1:
-        listed = "; ".join(f"{name}: {', '.join(dirs[:2])}" + (" ..." if len(dirs) > 2 else "")
-                           for name, dirs in by_scorer.items())  # fmt: skip
-        raise ValueError(
-            f"{option}: the runs were scored differently (eval.scorer: {listed}); compare runs "
-            "of one held-out scorer: run them again with the same config.eval.scorer."
-        )
-    return next(iter(by_scorer), "")
 
 
 def _held_out_of(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -635,15 +610,6 @@ COLUMNS = (
     "wall (min)", "CPU",
 )  # fmt: skip
 
-# What each side of the split means in a report's header.
-SIDE_NOTES = {
-    "test": "test: questions that chose nothing (settings are chosen and sweeps pruned on the "
-    "selection side)",
-    "selection": "selection: the questions settings are chosen by, not a reported result",
-    "held_out": "held_out: the one held-out side of runs made before the split had a selection "
-    "side (the same questions may have chosen the setting)",
-}
-
 
 def row_cells(row: Mapping[str, Any]) -> list[str]:
     """A summarized group's cells, in `COLUMNS` order."""
@@ -675,23 +641,6 @@ def hacks_cell(hacks: Mapping[int, Sequence[str]] | None) -> str:
         return "not kept"
     found = [f"seed {seed}: {'; '.join(h)}" for seed, h in sorted(hacks.items()) if h]
     return " / ".join(found) or "none"
-
-
-def sides_and_scorers(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The header line naming the side of the split the figures come from and the held-out
-    scorer(s) that measured them (per group where they differ)."""
-    sides = sorted({run.side for row in rows for run in row["runs"]})
-    side_text = "; ".join(SIDE_NOTES[side] for side in sides)
-    scorers = {row["label"]: sorted({run.scorer for run in row["runs"]}) for row in rows}
-    names = sorted({name for names in scorers.values() for name in names})
-    if len(names) == 1:
-        known = SCORERS.get(names[0])
-        scorer_text = names[0] + (f" ({known.description})" if known else "")
-    else:
-        scorer_text = "they differ between groups, which are then not comparable: " + "; ".join(
-            f"{label}: {', '.join(names)}" for label, names in scorers.items()
-        )
-    return f"Side: {side_text}. Scorer: {scorer_text}."
 
 
 def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
