@@ -159,16 +159,22 @@ def _adversarial_table(result) -> str:
 def main(argv):
     """absl's entry point: evaluates the run, checkpoint or model the flags name."""
     del argv
-    from jaxrl_llm.evals import EvalSettings, Evaluator, get_scorer, markdown_table, robustness
+    from jaxrl_llm.evals import (
+        DEFAULT_SCORER,
+        EvalSettings,
+        Evaluator,
+        get_scorer,
+        markdown_table,
+        robustness,
+    )
     from jaxrl_llm.metrics import MetricsWriter
-    from jaxrl_llm.runners.components import build_scorer
 
     logging.set_verbosity(logging.WARNING)
     t0 = time.time()
     config, model, tokenizer, params, step, label, out = _policy()
     out = _OUT.value or out
-    scorer_name = _SCORER.value or config.eval.get("scorer", "stated")
-    scorer = get_scorer(scorer_name, field="--scorer") if _SCORER.value else build_scorer(config)
+    scorer_name = _SCORER.value or config.eval.get("scorer", DEFAULT_SCORER)
+    scorer = get_scorer(scorer_name, field="--scorer" if _SCORER.value else "config.eval.scorer")
     settings = EvalSettings(
         max_new_tokens=_MAX_NEW_TOKENS.value or config.eval.max_new_tokens,
         num_slots=_SLOTS.value,
