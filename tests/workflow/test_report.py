@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from jaxrl_llm import report, report_choice, report_rules, report_start, sweeps
+from jaxrl_llm import report, report_choice, report_rules, report_start, report_tables, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
@@ -274,7 +274,9 @@ def test_hacks_column_reads_the_answers_the_writer_keeps(tmp_path, capsys):
     assert "| seed 1: constant answer '2' on 60%" in capsys.readouterr().out
     old = [make_run(tmp_path / "old" / f"r{s}", seed=s) for s in range(3)]
     (group,) = report.collect_groups([f"old={','.join(old)}"])
-    assert report.hacks_cell(report.summarize(group, num_resamples=100)["hacks"]) == "not kept"
+    assert (
+        report_tables.hacks_cell(report.summarize(group, num_resamples=100)["hacks"]) == "not kept"
+    )
 
 
 def test_gain_beyond_chance_does_not_count_a_constant(tmp_path, capsys):
@@ -305,7 +307,7 @@ def test_gain_beyond_chance_does_not_count_a_constant(tmp_path, capsys):
     assert row["beyond_chance"].after.mean == pytest.approx(0.0)
     assert row["beyond_chance"].gain.mean == pytest.approx(-before)
     assert report.main([str(tmp_path / "sweep"), "--resamples", "200"]) == 0
-    cell = report.difference_cell(row["beyond_chance"].gain)
+    cell = report_tables.difference_cell(row["beyond_chance"].gain)
     assert "(includes 0)" in cell and f"| {cell} |" in capsys.readouterr().out
     old = [make_run(tmp_path / "old" / f"r{s}", seed=s) for s in range(3)]
     (group,) = report.collect_groups([f"old={','.join(old)}"])
@@ -401,9 +403,11 @@ def test_a_run_on_an_accelerator_names_it_beside_the_cpu(monkeypatch):
 
     assert host.accelerator_info() == {}  # the tests compute on the CPU
     cpu = {"cpu": "Intel Xeon", "isa": "AMX", "cores": 16}
-    assert report._host({"host": cpu}) == "Intel Xeon (AMX, 16 cores)"
+    assert report_tables.host_cell({"host": cpu}) == "Intel Xeon (AMX, 16 cores)"
     on_gpu = {"host": {**cpu, "accelerator": "1 x NVIDIA H100 80GB HBM3"}}
-    assert report._host(on_gpu) == "1 x NVIDIA H100 80GB HBM3 on Intel Xeon (AMX, 16 cores)"
+    assert (
+        report_tables.host_cell(on_gpu) == "1 x NVIDIA H100 80GB HBM3 on Intel Xeon (AMX, 16 cores)"
+    )
     monkeypatch.setattr("jax.default_backend", lambda: "gpu")
     monkeypatch.setattr(
         "jax.devices", lambda: [type("Device", (), {"device_kind": "NVIDIA H100 80GB HBM3"})()]
