@@ -76,7 +76,10 @@ def test_each_running_call_of_a_root_caller_gets_its_own_inner_namespace():
 
 def test_a_launch_passes_only_the_outer_and_its_own_inner_namespace():
     """A killed call retires (closes) its inner namespace, the probe's first one included; a
-    later launch must not pass that number on (it may be free, or another descriptor now)."""
+    later launch must not pass that number on (it may be free, or another descriptor now).
+
+    Earlier tests in the same process may have retired the probe's namespace already, so the
+    one retired here is the probe's when it is still in the pool, else another free one."""
     from jaxrl_llm.envs.sandbox_isolation import bwrap_launch
 
     found = sandbox.isolation()
@@ -84,14 +87,14 @@ def test_a_launch_passes_only_the_outer_and_its_own_inner_namespace():
         pytest.skip("not a root caller with a safe sandbox: bubblewrap's namespace is per call")
     outer, first = found.user.userns_fds
     pool = found.user.inner
-    taken = [pool.take() for _ in range(len(pool._free) + 1)]  # the first among them
-    assert first in taken
+    taken = [pool.take() for _ in range(len(pool._free) + 1)]  # every free one and a new one
+    retired = first if first in taken else taken[0]
     for fd in taken:
-        pool.give(fd, reuse=fd != first)  # the first one retired, as after a killed call
+        pool.give(fd, reuse=fd != retired)  # as after a killed call
     launch = bwrap_launch(found, ["true"], network=False, tmpfs_bytes=1 << 20)
     try:
         assert launch.pass_fds == (outer, launch.inner, *launch.own_fds)
-        assert launch.inner in taken and launch.inner != first
+        assert launch.inner in taken and launch.inner != retired
     finally:
         launch.close()
         launch.release(killed=False)
