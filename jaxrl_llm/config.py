@@ -194,7 +194,7 @@ def base_config() -> ml_collections.ConfigDict:
     # Off-policy correction of the policy loss (jaxrl_llm.algorithms.off_policy): none, tis,
     # icepop, decoupled_ppo, aipo; what asynchronous training (config.async_rl) needs.
     from jaxrl_llm.algorithms.off_policy import off_policy_section
-    from jaxrl_llm.runners.staleness import async_section
+    from jaxrl_llm.algorithms.staleness import async_section
 
     c.off_policy = off_policy_section()
     # Asynchronous training (jaxrl_llm.runners.online_async): generator and learner at once,
@@ -392,7 +392,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         )
     planned = config.train.get("planned_step", "")
     if planned:
-        from jaxrl_llm.scale.executables import executable_record
+        from jaxrl_llm.sharding.executables import executable_record
 
         if not isinstance(planned, str):
             raise ValueError(f"config.train.planned_step={planned!r} must be a path prefix.")
@@ -493,7 +493,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 
     validate_placement(config.placement)
     from jaxrl_llm.algorithms.off_policy import validate_off_policy_section
-    from jaxrl_llm.runners.staleness import validate_async_section
+    from jaxrl_llm.algorithms.staleness import validate_async_section
 
     validate_off_policy_section(config)
     validate_async_section(config)

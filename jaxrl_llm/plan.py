@@ -53,7 +53,7 @@ _SAVE_EXECUTABLES = flags.DEFINE_bool(
     "save_executables",
     False,
     "Also compile the chosen plan's phases once more and save the executables under "
-    "--out/executables (jaxrl_llm.scale.executables), for a run on the slice to load.",
+    "--out/executables (jaxrl_llm.sharding.executables), for a run on the slice to load.",
 )
 _PLACEMENT = flags.DEFINE_string(
     "placement",

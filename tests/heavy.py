@@ -113,8 +113,8 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # test_executables.py::test_a_run_executes_the_planned_train_step[plain] and the planner's
     # other tests.
     "plans and compiles": (
-        "tests/scale/test_executables.py::test_a_planned_step_of_another_model_or_a_missing_one",
-        "tests/scale/test_executables.py::test_a_run_executes_the_planned_train_step[stabilised]",
+        "tests/sharding/test_executables.py::test_a_planned_step_of_another_model_or_a_missing_one",
+        "tests/sharding/test_executables.py::test_a_run_executes_the_planned_train_step[stabilised]",
         "tests/scale/test_planner.py::test_a_split_sync_counts_each_chip_group_on_its_own",
         "tests/scale/test_planner.py::test_bad_input_is_one_line[args1-",
         "tests/scale/test_planner.py::test_bad_input_is_one_line[args2-",

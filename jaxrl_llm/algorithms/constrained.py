@@ -21,8 +21,6 @@ budgeted class's mean length and over-budget share as "budget/<class>/...".
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from jaxrl_llm.algorithms.base import Algorithm, Experience
@@ -31,36 +29,9 @@ from jaxrl_llm.constraints import budget as budget_lib
 from jaxrl_llm.constraints import cgpo
 from jaxrl_llm.constraints.judges import any_violated
 from jaxrl_llm.constraints.lagrangian import constraint_values, dual_ascent, lagrangian_rewards
+from jaxrl_llm.constraints.spec import MODES, ConstraintSpec
 
-MODES = ("none", "lagrangian", "crpg", "crraft", "codpo")
-
-
-@dataclasses.dataclass(frozen=True)
-class ConstraintSpec:
-    """What a constrained run holds.
-
-    Attributes:
-      mode: one of `MODES`.
-      judges: the K judge names, in the order of `Experience.violations`.
-      bounds: [K] allowed violation rate of each judge (mode "lagrangian").
-      budgets: prompt class -> token budget (the C length constraints, any mode).
-      dual_lr: the multipliers' dual-ascent step.
-      max_multiplier: their upper clip.
-    """
-
-    mode: str
-    judges: tuple[str, ...] = ()
-    bounds: tuple[float, ...] = ()
-    budgets: dict[str, int] = dataclasses.field(default_factory=dict)
-    dual_lr: float = 0.5
-    max_multiplier: float = 10.0
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Names of the constraints with multipliers: the judges (lagrangian mode), then
-        "length/<class>" per budget."""
-        judged = self.judges if self.mode == "lagrangian" else ()
-        return judged + tuple(f"length/{c}" for c in self.budgets)
+__all__ = ["MODES", "ConstraintSpec", "constrain"]
 
 
 def _costs(spec: ConstraintSpec, experience: Experience) -> np.ndarray:

@@ -15,6 +15,7 @@ import ml_collections
 
 from jaxrl_llm.constraints.budget import parse_budgets
 from jaxrl_llm.constraints.judges import LengthJudge, RepetitionJudge, VerifierJudge
+from jaxrl_llm.constraints.spec import MODES, ConstraintSpec
 
 JUDGE_NAMES = ("length", "format", "verifier", "repetition", "llm")
 
@@ -52,7 +53,6 @@ def judge_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
 
 def constraint_spec(config: ml_collections.ConfigDict):
     """The run's `ConstraintSpec`, or None for mode "none" (ValueError naming the field)."""
-    from jaxrl_llm.algorithms.constrained import MODES, ConstraintSpec
 
     section = config.get("constraints")
     if section is None:

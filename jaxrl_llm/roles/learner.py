@@ -206,7 +206,7 @@ class Learner:
 
     def use_planned_step(self, executable, source: str = "the planned step") -> None:
         """Runs `executable` (a `jax.stages.Compiled` of this learner's step, e.g. loaded by
-        `scale.executables.load_executable` from what `python -m jaxrl_llm.plan
+        `sharding.executables.load_executable` from what `python -m jaxrl_llm.plan
         --save_executables` kept) for every minibatch of the shapes it was compiled for, so the
         run executes the program that was planned; a minibatch of other shapes (a longer prompt
         bucket than planned) runs this learner's own jitted step, once logged per shape.

@@ -393,7 +393,7 @@ def use_planned_step(actor: Learner, path: str, mesh) -> None:
       ValueError: the executable is missing, was built for other devices or another jax, or
         trains another model than this run's; one line naming the field.
     """
-    from jaxrl_llm.scale.executables import ExecutableMismatchError, load_executable
+    from jaxrl_llm.sharding.executables import ExecutableMismatchError, load_executable
 
     field = f"config.train.planned_step={path!r}"
     try:

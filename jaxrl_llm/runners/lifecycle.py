@@ -15,9 +15,9 @@ from typing import Any
 
 import ml_collections
 
+from jaxrl_llm.algorithms.staleness import checkpoint_slots
 from jaxrl_llm.config import flat_dict
 from jaxrl_llm.data.presets import resolve_task
-from jaxrl_llm.runners.staleness import checkpoint_slots
 
 __all__ = [
     "FREE_ON_RESUME",

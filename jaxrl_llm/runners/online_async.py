@@ -9,7 +9,7 @@ See "LlamaRL: A Distributed Asynchronous Reinforcement Learning Framework for Ef
 Large-scale LLM Training" (2505.24034) and "AReaL: A Large-Scale Asynchronous Reinforcement
 Learning System for Language Reasoning" (2505.24298). A generator thread has the run's collector
 (single-turn samples or multi-turn episodes) make and score batch s with the newest published
-weights allowed (`jaxrl_llm.runners.staleness`) and queues it tagged with that weight version;
+weights allowed (`jaxrl_llm.algorithms.staleness`) and queues it tagged with that weight version;
 the learner (the calling thread) trains batch s at version s,
 then publishes its weights to the generator every `sync_every` updates: `RolloutWorker.snapshot`
 reshards them device to device into the decode layout on the rollout mesh (under a transfer
@@ -39,11 +39,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl_llm.runners.hooks import StepRecord
-from jaxrl_llm.runners.online_sync import Schedule
-from jaxrl_llm.runners.pipeline import GeneratedBatch, Pipeline, PipelineClosed
-from jaxrl_llm.runners.remote_pipeline import RemotePipeline, weights_like
-from jaxrl_llm.runners.staleness import (
+from jaxrl_llm.algorithms.staleness import (
     StalenessCounter,
     behaviour_version,
     checkpoint_slots,
@@ -51,6 +47,10 @@ from jaxrl_llm.runners.staleness import (
     oldest_allowed,
     pending_versions,
 )
+from jaxrl_llm.runners.hooks import StepRecord
+from jaxrl_llm.runners.online_sync import Schedule
+from jaxrl_llm.runners.pipeline import GeneratedBatch, Pipeline, PipelineClosed
+from jaxrl_llm.runners.remote_pipeline import RemotePipeline, weights_like
 
 __all__ = ["AsyncSchedule", "pending_weights_target"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from jaxrl_llm.runners.staleness import behaviour_version
+from jaxrl_llm.algorithms.staleness import behaviour_version
 
 
 class Phases(NamedTuple):

@@ -37,7 +37,6 @@ from jaxrl_llm.runners.pipeline_model import simulate_async_groups
 from jaxrl_llm.scale import costs, programs, weight_sync
 from jaxrl_llm.scale.analysis import CompileCache, ProgramReport, analyze
 from jaxrl_llm.scale.chips import Chip
-from jaxrl_llm.scale.executables import compile_for_saving, save_executable
 from jaxrl_llm.scale.placements import (
     FORWARD_PHASES,
     SYNC_PHASES,
@@ -52,6 +51,7 @@ from jaxrl_llm.scale.sync_phases import sync_phases
 from jaxrl_llm.scale.topology import Topology
 from jaxrl_llm.scale.workload import Workload
 from jaxrl_llm.sharding import DECODE_RULES, make_mesh
+from jaxrl_llm.sharding.executables import compile_for_saving, save_executable
 from kernels.logprobs import default_implementation
 
 MESH_AXES = ("data", "model")
@@ -159,7 +159,7 @@ class Searcher:
 
     def save_executables(self, plan: Plan, directory: str) -> tuple[list[str], int]:
         """Compiles every program of `plan` once more and saves each executable under
-        `directory` (`jaxrl_llm.scale.executables`), so a run on the slice loads what was
+        `directory` (`jaxrl_llm.sharding.executables`), so a run on the slice loads what was
         planned: each phase as `directory`/<phase>, and the weight sync's per-array programs
         (`scale.weight_sync`) as `directory`/weight_sync/<nn>_<step>, listed in
         `directory`/weight_sync.json with the shape, dtype and pair of layouts each serves.

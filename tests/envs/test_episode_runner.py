@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
+from jaxrl_llm.algorithms.staleness import behaviour_version
 from jaxrl_llm.config import validate_config
 from jaxrl_llm.runners import load_config, restore_policy, train
-from jaxrl_llm.runners.staleness import behaviour_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -212,7 +212,7 @@ def _plan(*args, tmp_path):
 
 
 def test_command_line_writes_the_chosen_placement_and_keeps_its_executables(v5e_2x2, tmp_path):
-    from jaxrl_llm.scale.executables import ExecutableMismatchError, load_executable
+    from jaxrl_llm.sharding.executables import ExecutableMismatchError, load_executable
 
     out = _plan("--topology", "v5e-4", "--modes", "colocated", "--tensor_parallel", "2",
                 "--out", str(tmp_path / "plan"), "--save_executables", tmp_path=tmp_path)  # fmt: skip

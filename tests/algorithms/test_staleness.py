@@ -6,9 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from jaxrl_llm.config import config_for
-from jaxrl_llm.runners.pipeline import GeneratedBatch, Pipeline, PipelineClosed, PipelineError
-from jaxrl_llm.runners.staleness import (
+from jaxrl_llm.algorithms.staleness import (
     StalenessCounter,
     behaviour_version,
     is_published,
@@ -16,6 +14,8 @@ from jaxrl_llm.runners.staleness import (
     pending_versions,
     validate_async_section,
 )
+from jaxrl_llm.config import config_for
+from jaxrl_llm.runners.pipeline import GeneratedBatch, Pipeline, PipelineClosed, PipelineError
 
 
 @pytest.mark.parametrize("k,n", [(k, n) for k in (0, 1, 2, 4) for n in (1, 2, 3, 5) if n <= k + 1])

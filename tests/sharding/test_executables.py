@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl_llm.scale.executables import (
+from jaxrl_llm.sharding.executables import (
     ExecutableMismatchError,
     compile_for_saving,
     executable_record,
