@@ -155,7 +155,7 @@ class ProgramReport:
 # cache; a change elsewhere (environments, runners' loops, docs) does not.
 _PROGRAM_SOURCES = (
     "models", "training", "rollout", "sharding", "roles", "algorithms", "losses", "constraints",
-    "advantages.py", "config.py", "scale/programs.py", "scale/weight_sync.py",
+    "advantages.py", "config", "scale/programs.py", "scale/weight_sync.py",
     "scale/hlo.py",  # reports store the parsed collectives: a parser change re-reads them
 )  # fmt: skip
 

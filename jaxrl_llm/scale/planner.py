@@ -23,9 +23,7 @@ guesses.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Callable, Sequence
 
 from jax.sharding import Mesh
@@ -47,11 +45,11 @@ from jaxrl_llm.scale.placements import (
     estimate_peak_bytes,
     forward_batches,
 )
+from jaxrl_llm.scale.saved_plan import save_plan_executables
 from jaxrl_llm.scale.sync_phases import sync_phases
 from jaxrl_llm.scale.topology import Topology
 from jaxrl_llm.scale.workload import Workload
 from jaxrl_llm.sharding import DECODE_RULES, make_mesh
-from jaxrl_llm.sharding.executables import compile_for_saving, save_executable
 from kernels.logprobs import default_implementation
 
 MESH_AXES = ("data", "model")
@@ -158,62 +156,17 @@ class Searcher:
         return [builders[phase]()]
 
     def save_executables(self, plan: Plan, directory: str) -> tuple[list[str], int]:
-        """Compiles every program of `plan` once more and saves each executable under
-        `directory` (`jaxrl_llm.sharding.executables`), so a run on the slice loads what was
-        planned: each phase as `directory`/<phase>, and the weight sync's per-array programs
-        (`scale.weight_sync`) as `directory`/weight_sync/<nn>_<step>, listed in
-        `directory`/weight_sync.json with the shape, dtype and pair of layouts each serves.
-
-        Returns:
-          (the phases saved, the number of weight-sync programs saved).
-        """
-        c = plan.candidate
-        saved = []
-        for phase in self._phases_of():
-            where = (c.rollout_mesh, c.rollout_devices) if phase == "rollout" else (
-                c.train_mesh, c.train_devices)  # fmt: skip
-            rows = c.decode_batch if phase == "rollout" else c.forward_batch
-            for program in self.programs(phase, *where, rows):
-                save_executable(
-                    compile_for_saving(program.lowered),
-                    os.path.join(directory, program.phase),
-                    topology=self.topology.name,
-                    phase=program.phase,
-                )
-                saved.append(program.phase)
-        sync = weight_sync.reshard_programs(
-            self.workload,
-            self.mesh(c.train_mesh, c.train_devices),
-            self.mesh(c.rollout_mesh, c.rollout_devices),
-        )
-        manifest = []
-        for index, program in enumerate(sync.programs):
-            name, compiled = f"{index:02d}_{program.phase}", compile_for_saving(program.lowered)
-            save_executable(
-                compiled,
-                os.path.join(directory, "weight_sync", name),
-                topology=self.topology.name,
-                phase=program.phase,
-            )
-            (argument,) = program.lowered.args_info[0]
-            manifest.append({
-                "file": f"weight_sync/{name}",
-                "phase": program.phase,
-                "shape": list(argument.shape),
-                "dtype": str(argument.dtype),
-                "source": str(compiled.input_shardings[0][0]),
-                "target": str(compiled.output_shardings),
-                "runs": program.runs,
-            })  # fmt: skip
-        with open(os.path.join(directory, "weight_sync.json"), "w") as f:
-            json.dump(manifest, f, indent=1)
-        return saved, len(manifest)
+        """Saves every program of `plan` under `directory` for a run on the slice to load
+        (`jaxrl_llm.scale.saved_plan`). Returns (the phases saved, the weight-sync programs
+        saved)."""
+        return save_plan_executables(self, plan, directory)
 
     def state_bytes(self, phase: str, shape, devices) -> float:
         """Per-device bytes the phase's role keeps between phases."""
         return float(self._reports.get((phase, shape, devices, "state"), 0.0))
 
-    def _phases_of(self) -> list[str]:
+    def phases(self) -> list[str]:
+        """The phases a step of this workload runs (its roles decide the frozen forwards)."""
         roles = self.workload.roles
         phases = ["actor_train", "rollout"]
         if "reference" in roles:
@@ -237,7 +190,7 @@ class Searcher:
             return self._reject(candidate, self._estimate_reason("actor_train", train[0], estimate))
         reports: dict[str, ProgramReport] = {}
         for phase in ("actor_train", "critic_train"):
-            if phase not in self._phases_of():
+            if phase not in self.phases():
                 continue
             result = self.report(phase, *train)
             why = self._refused(phase, train[0], result)
@@ -301,7 +254,7 @@ class Searcher:
         """({phase: report}, rows, "") of the frozen forwards at the largest chunk where each
         one's compiled peak, with the learner's other states resident beside it, fits; ({}, 0,
         "") without forwards; (None, 0, why) when no chunk fits."""
-        phases = [p for p in self._phases_of() if p in FORWARD_PHASES]
+        phases = [p for p in self.phases() if p in FORWARD_PHASES]
         if not phases:
             return {}, 0, ""
         train = (candidate.train_mesh, candidate.train_devices)
@@ -314,7 +267,7 @@ class Searcher:
             why = next((r for r in refused if r), "")
             if why:
                 continue
-            state = {p: self.state_bytes(p, *train) for p in self._phases_of()
+            state = {p: self.state_bytes(p, *train) for p in self.phases()
                      if p in LEARNER_PHASES}  # fmt: skip
             for phase, report in results.items():
                 need = report.peak_bytes + self._resident(candidate, phase, state)
@@ -389,7 +342,7 @@ class Searcher:
         refused = [self._refused(r.phase, train[0], r) for r in reports]
         if any(refused):
             return next(r for r in refused if r)
-        state = {p: self.state_bytes(p, *train) for p in self._phases_of() if p in LEARNER_PHASES}
+        state = {p: self.state_bytes(p, *train) for p in self.phases() if p in LEARNER_PHASES}
         return sync_phases(
             sync, reports, self.chip, split=candidate.mode == "split",
             learner_resident=sum(state.values()),
