@@ -93,7 +93,7 @@ def test_api_pages_and_their_nav():
     modules = docs_api.public_modules(str(ROOT))
     assert pages["api/jaxrl_llm.losses.md"] == "::: jaxrl_llm.losses\n"
     assert modules["jaxrl_llm.losses"] == "package" and modules["kernels.logprobs"] == "kernel"
-    assert modules["jaxrl_llm.config"] == "module"
+    assert modules["jaxrl_llm.config"] == "package" and modules["jaxrl_llm.metrics"] == "module"
     index = pages["api/index.md"]
     for module in modules:
         assert f"[`{module}`]({module}.md)" in index
