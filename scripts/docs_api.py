@@ -6,7 +6,11 @@ A public module is
 2. every module directly in ``jaxrl_llm/`` (the root re-exports none of them, so each one is its
    own public surface);
 3. every submodule that a package's ``__all__`` names as a module (``from jaxrl_llm.algorithms
-   import registry`` with ``"registry"`` in ``__all__``).
+   import registry`` with ``"registry"`` in ``__all__``);
+4. every module of a command package (one with a ``__main__.py``, run as ``python -m
+   jaxrl_llm.report``): as at the root, each module is its own public surface, since such a
+   package may leave modules unimported (the launcher's, so that its backends import without
+   jax; ``report.check``, so that ``python -m jaxrl_llm.report.check`` runs it once).
 Other modules of a subpackage are documented on their package's page, through the names its
 ``__all__`` re-exports. Each page is ``::: module`` (mkdocstrings renders it from the docstrings),
 written at build time under ``api/``, and the nav's "API reference" section is filled here: a
@@ -96,7 +100,7 @@ def public_modules(root: str = ROOT) -> dict[str, str]:
             init_path = os.path.join(folder, "__init__.py")
             for sub in _exported_submodules(package, init_path, root):
                 modules[sub] = "module"
-            if package == "jaxrl_llm":
+            if package == "jaxrl_llm" or "__main__.py" in files:
                 for name in files:
                     stem = name.removesuffix(".py")
                     if name.endswith(".py") and _is_public_name(stem):
@@ -134,7 +138,8 @@ def api_pages(root: str = ROOT) -> dict[str, str]:
             "# API reference",
             "",
             "Generated from the docstrings: one page per package, per module of the package root",
-            "and per kernel. A subpackage's page shows the names its `__all__` exports.",
+            "and of a command package (`report`, `launch`), and per kernel. A subpackage's page",
+            "shows the names its `__all__` exports.",
             "",
             "| module | what it holds |",
             "| --- | --- |",

@@ -4,7 +4,8 @@ The API rule: every public module has a page in the API reference, where a publi
 - every package (a folder with `__init__.py`, its name not starting with `_`) under `jaxrl_llm/`
   and `kernels/`, the two roots included;
 - every module directly in `jaxrl_llm/` whose name does not start with `_`;
-- every module that a package's `__all__` names (the package binds the name to the module).
+- every module that a package's `__all__` names (the package binds the name to the module);
+- every module of a command package (one with a `__main__.py`: `python -m jaxrl_llm.report`).
 The expected set is computed here from the files and, for the third kind, from the imported
 packages, independently of `scripts/docs_api.py`, the mkdocs hook that writes the pages. Also: every
 Markdown page under docs/ is in the nav (or listed in `not_in_nav`), every nav entry exists, the
@@ -64,6 +65,13 @@ def _expected_public_modules():
         for path in (ROOT / "jaxrl_llm").glob("*.py")
         if not path.stem.startswith("_")
     }
+    commands = {
+        f"{name}.{path.stem}"
+        for name in packages
+        if (ROOT / name.replace(".", "/") / "__main__.py").is_file()
+        for path in (ROOT / name.replace(".", "/")).glob("*.py")
+        if not path.stem.startswith("_")
+    }
     exported = set()
     for name in packages:
         package = importlib.import_module(name)
@@ -71,7 +79,7 @@ def _expected_public_modules():
             value = vars(package).get(attr)  # not getattr: lazy names load optional extras
             if inspect.ismodule(value) and value.__name__.startswith(name + "."):
                 exported.add(value.__name__)
-    return packages | flat | exported
+    return packages | flat | exported | commands
 
 
 def test_every_public_module_has_an_api_page():
@@ -85,6 +93,7 @@ def test_every_public_module_has_an_api_page():
     # exact cases of each kind of the rule
     assert {"jaxrl_llm", "jaxrl_llm.losses", "jaxrl_llm.envs.tasks", "kernels.logprobs"} <= expected
     assert {"jaxrl_llm.config", "jaxrl_llm.algorithms.registry"} <= expected
+    assert {"jaxrl_llm.report.check", "jaxrl_llm.launch.backends"} <= expected  # command packages
     assert "jaxrl_llm.losses.kl" not in expected  # `kl` in losses.__all__ is the function
 
 

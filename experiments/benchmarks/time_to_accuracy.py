@@ -664,7 +664,7 @@ def run_side(args, race: Race) -> None:
 
 
 def _overrides(pairs: list[str]) -> dict:
-    from jaxrl_llm.launch import parse_value
+    from jaxrl_llm.launch.plan import parse_value
 
     overrides = {}
     for pair in pairs:

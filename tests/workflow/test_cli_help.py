@@ -9,9 +9,11 @@ import re
 
 import pytest
 
-from jaxrl_llm import launch, report
+import jaxrl_llm
+from jaxrl_llm.launch import cli as launch_cli
+from jaxrl_llm.report import cli as report_cli
 
-PACKAGE = pathlib.Path(launch.__file__).parent
+PACKAGE = pathlib.Path(jaxrl_llm.__file__).parent
 # "issue 42", "Issue 42's rule", "issue\n    42" (wrapped), "#42"; a URL (.../issues/42) is a
 # reference a reader can follow and is not matched.
 ISSUE_NUMBER = re.compile(r"\bissue\s+#?\d|(?<![\w/&])#\d{2,}", re.IGNORECASE)
@@ -37,7 +39,7 @@ def test_no_issue_number_in_the_package():
     assert hits == []
 
 
-@pytest.mark.parametrize("module", [launch, report], ids=["launch", "report"])
+@pytest.mark.parametrize("module", [launch_cli, report_cli], ids=["launch", "report"])
 def test_every_argparse_option_has_help_that_names_no_issue(module):
     parser = module.build_parser()
     options = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]

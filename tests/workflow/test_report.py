@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from jaxrl_llm import report, report_choice, report_rules, report_start, report_tables, sweeps
+from jaxrl_llm import report, sweeps
 
 
 def make_run(path, *, seed, task="chain_sum", lr=3e-5, before=0.2, after=0.4, steps=10,
@@ -167,7 +167,7 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
         make_run(tmp_path / "s" / f"one_{seed}", seed=seed, lr=1e-5, after=0.9)
     groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
     rows = [report.summarize(g, num_resamples=200) for g in groups]
-    settings, chosen = report_choice.choose(rows, "task.", max_drop=0.03)
+    settings, chosen = report.choice.choose(rows, "task.", max_drop=0.03)
     by_label = {s.label: s for s in settings}
     assert [s.label for s in settings] == [
         "optimizer.learning_rate=1e-05", "optimizer.learning_rate=0.0001",
@@ -190,7 +190,7 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
             del config["optimizer"]
             json.dump(config, open(os.path.join(path, "config.json"), "w"))
     groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
-    settings, _ = report_choice.choose([report.summarize(g, num_resamples=200) for g in groups])
+    settings, _ = report.choice.choose([report.summarize(g, num_resamples=200) for g in groups])
     assert "(1 of the keys absent from its config)" in [s.label for s in settings]
 
     assert report.main([str(tmp_path / "s"), "--choose_across", "task.", "--resamples", "200"]) == 0
@@ -200,7 +200,7 @@ def test_choose_applies_the_default_rule_across_tasks(tmp_path, capsys):
     assert "Chosen: none qualifies." in capsys.readouterr().out
     # a sweep that has run one task so far names it in each setting's cell
     one_task = [row for row in rows if row["runs"][0].config["task.name"] == "chain_sum"]
-    settings, _ = report_choice.choose(one_task)
+    settings, _ = report.choice.choose(one_task)
     assert [task for task, _ in settings[0].rows] == ["task.name=chain_sum"]
 
 
@@ -212,7 +212,7 @@ def test_keep_records_copies_what_the_report_reads(tmp_path, capsys):
     assert report.main([*args, "--keep_records", str(kept)]) == 0
     assert "kept the records of 3 runs" in capsys.readouterr().out
     copy = kept / "online_DPO" / "000_seed=0"
-    assert sorted(os.listdir(copy)) == sorted(report.RECORD_FILES)
+    assert sorted(os.listdir(copy)) == sorted(report.loading.RECORD_FILES)
     # the copy reports the same table as the originals, and keeping again changes nothing
     assert report.main([f"online DPO={kept / 'online_DPO'}", "--resamples", "100"]) == 0
     from_copy = capsys.readouterr().out
@@ -275,7 +275,7 @@ def test_hacks_column_reads_the_answers_the_writer_keeps(tmp_path, capsys):
     old = [make_run(tmp_path / "old" / f"r{s}", seed=s) for s in range(3)]
     (group,) = report.collect_groups([f"old={','.join(old)}"])
     assert (
-        report_tables.hacks_cell(report.summarize(group, num_resamples=100)["hacks"]) == "not kept"
+        report.tables.hacks_cell(report.summarize(group, num_resamples=100)["hacks"]) == "not kept"
     )
 
 
@@ -307,7 +307,7 @@ def test_gain_beyond_chance_does_not_count_a_constant(tmp_path, capsys):
     assert row["beyond_chance"].after.mean == pytest.approx(0.0)
     assert row["beyond_chance"].gain.mean == pytest.approx(-before)
     assert report.main([str(tmp_path / "sweep"), "--resamples", "200"]) == 0
-    cell = report_tables.difference_cell(row["beyond_chance"].gain)
+    cell = report.tables.difference_cell(row["beyond_chance"].gain)
     assert "(includes 0)" in cell and f"| {cell} |" in capsys.readouterr().out
     old = [make_run(tmp_path / "old" / f"r{s}", seed=s) for s in range(3)]
     (group,) = report.collect_groups([f"old={','.join(old)}"])
@@ -340,8 +340,8 @@ def test_choose_with_an_entropy_rule(tmp_path, capsys, hi_last, lo_last, rule, f
     rows = [
         report.summarize(g, num_resamples=100) for g in report.collect_groups([str(tmp_path / "s")])
     ]
-    assert report_choice.choose(rows)[1].label == "optimizer.learning_rate=0.0001"
-    settings, chosen = report_choice.choose(rows, **rule)
+    assert report.choice.choose(rows)[1].label == "optimizer.learning_rate=0.0001"
+    settings, chosen = report.choice.choose(rows, **rule)
     assert chosen.label == "optimizer.learning_rate=3e-05"
     hi = next(s for s in settings if s.label == "optimizer.learning_rate=0.0001")
     assert f"task.name=gcd: {reason}" in hi.reasons
@@ -354,8 +354,8 @@ def test_choose_with_an_entropy_rule(tmp_path, capsys, hi_last, lo_last, rule, f
 
 def test_common_values_are_what_more_than_half_share():
     configs = [{"a": 1, "b": [2, 3]}, {"a": 1, "b": [2, 3]}, {"a": 2, "b": [4]}, {"b": [2, 3]}]
-    assert report_choice.common_values(configs) == {"b": [2, 3]}  # a=1: 2 of 4, not a majority
-    assert report_choice.common_values(configs[:3]) == {"a": 1, "b": [2, 3]}
+    assert report.choice.common_values(configs) == {"b": [2, 3]}  # a=1: 2 of 4, not a majority
+    assert report.choice.common_values(configs[:3]) == {"a": 1, "b": [2, 3]}
 
 
 def test_a_setting_is_labelled_by_what_it_changes(tmp_path, capsys):
@@ -373,7 +373,7 @@ def test_a_setting_is_labelled_by_what_it_changes(tmp_path, capsys):
     rows = [
         report.summarize(g, num_resamples=100) for g in report.collect_groups([str(tmp_path / "s")])
     ]
-    settings, chosen = report_choice.choose(rows)
+    settings, chosen = report.choice.choose(rows)
     assert [s.label for s in settings] == [
         "the common values", "rollout.temperature=1.0", "loss.kl_beta=0.04",
     ]  # fmt: skip
@@ -393,9 +393,9 @@ def test_a_step_that_trained_on_no_token_has_no_entropy():
         {"step": 29, "train/entropy": 0.7, "stabilise/kept_group_fraction": 0.5},
         {"step": 30, "train/entropy": 0.0, "stabilise/kept_group_fraction": 0.0},
     ]
-    entropy = report_rules.sampled_entropy(metrics)
+    entropy = report.rules.sampled_entropy(metrics)
     assert sorted(entropy) == [1, 29]
-    assert report_rules.entropy_ratio(entropy) == pytest.approx(0.7 / 1.9)
+    assert report.rules.entropy_ratio(entropy) == pytest.approx(0.7 / 1.9)
 
 
 def test_a_run_on_an_accelerator_names_it_beside_the_cpu(monkeypatch):
@@ -403,10 +403,10 @@ def test_a_run_on_an_accelerator_names_it_beside_the_cpu(monkeypatch):
 
     assert host.accelerator_info() == {}  # the tests compute on the CPU
     cpu = {"cpu": "Intel Xeon", "isa": "AMX", "cores": 16}
-    assert report_tables.host_cell({"host": cpu}) == "Intel Xeon (AMX, 16 cores)"
+    assert report.tables.host_cell({"host": cpu}) == "Intel Xeon (AMX, 16 cores)"
     on_gpu = {"host": {**cpu, "accelerator": "1 x NVIDIA H100 80GB HBM3"}}
     assert (
-        report_tables.host_cell(on_gpu) == "1 x NVIDIA H100 80GB HBM3 on Intel Xeon (AMX, 16 cores)"
+        report.tables.host_cell(on_gpu) == "1 x NVIDIA H100 80GB HBM3 on Intel Xeon (AMX, 16 cores)"
     )
     monkeypatch.setattr("jax.default_backend", lambda: "gpu")
     monkeypatch.setattr(
@@ -427,7 +427,7 @@ def test_an_older_run_without_a_later_key_joins_its_setting(tmp_path):
              sections={"stabilise": {"entropy_max_coef": 0.05, "entropy_min_coef": 0.005}})  # fmt: skip
     groups = report.collect_groups([str(tmp_path / "s")], log=lambda _: None)
     assert sorted(len(g.runs) for g in groups) == [1, 3]
-    assert report_rules.with_added_keys({"task.name": "gcd"}) == {"task.name": "gcd"}
+    assert report.rules.with_added_keys({"task.name": "gcd"}) == {"task.name": "gcd"}
 
 
 def test_an_older_run_without_the_resume_flag_joins_its_setting(tmp_path):
@@ -460,7 +460,7 @@ def test_start_from_counts_the_gain_from_an_earlier_stage(tmp_path, capsys):
                     sections={"model": {"name": "gemma3-270m"}})  # fmt: skip
     (own,) = [report.summarize(g, num_resamples=200) for g in report.collect_groups(runs)]
     assert own["gain"].mean == pytest.approx(0.1)
-    groups = report_start.with_start(report.collect_groups(runs), report.load_run(base))
+    groups = report.start.with_start(report.collect_groups(runs), report.load_run(base))
     (counted,) = [report.summarize(g, num_resamples=200) for g in groups]
     assert counted["before"].mean == pytest.approx(0.1)
     assert counted["gain"].mean == pytest.approx(0.4) and counted["gain"].excludes_zero()
@@ -470,7 +470,7 @@ def test_start_from_counts_the_gain_from_an_earlier_stage(tmp_path, capsys):
     # another task's questions, or a start run that kept none, are refused naming the fix
     other = make_run(tmp_path / "gcd", seed=0, task="gcd", before=0.1, steps=1)
     with pytest.raises(ValueError, match="task.name differ.*same task and eval set"):
-        report_start.with_start(report.collect_groups(runs), report.load_run(other))
+        report.start.with_start(report.collect_groups(runs), report.load_run(other))
     os.remove(os.path.join(base, "eval_questions.jsonl"))
     assert report.main([*runs, "--start_from", base]) == 2
     assert "no per-question evaluation at step 0" in capsys.readouterr().err
@@ -489,7 +489,7 @@ def test_runs_scored_by_two_rulers_are_compared_nowhere(tmp_path, capsys):
     assert "--against 'plain': the runs were scored differently (eval.scorer: " in err
     assert "stated_cut_scored" in err and "last_number" in err
     with pytest.raises(ValueError, match=r"scored by eval.scorer='last_number'.*two rulers"):
-        report_start.with_start(report.collect_groups(a), report.load_run(b[0]))
+        report.start.with_start(report.collect_groups(a), report.load_run(b[0]))
     assert report.main([*a, *b, "--choose_across", "task.", "--resamples", "50"]) == 2
     assert "--choose_across: the runs were scored differently" in capsys.readouterr().err
     assert report.main([*groups, "--resamples", "50"]) == 0

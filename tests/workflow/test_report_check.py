@@ -1,4 +1,4 @@
-"""`python -m jaxrl_llm.report_check`: every committed report regenerates from its kept records,
+"""`python -m jaxrl_llm.report.check`: every committed report regenerates from its kept records,
 and a difference, a missing command or missing records fail it in one line naming the report."""
 
 import json
@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from jaxrl_llm import report, report_check
+from jaxrl_llm import report
+from jaxrl_llm.report import check
 from tests.workflow.test_report import make_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,11 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_every_committed_report_regenerates(monkeypatch, capsys):
     """The CI guard: each report under docs/reports matches its command's output (about 8 s)."""
     monkeypatch.chdir(ROOT)
-    outcomes = report_check.check_reports("docs/reports")
+    outcomes = check.check_reports("docs/reports")
     names = sorted(n for n in os.listdir("docs/reports") if n.endswith(".md"))
     assert [o.name for o in outcomes] == names and len(names) >= 12
     failed = [f"{o.name}: {o.status}: {o.message}" for o in outcomes if o.failed]
-    assert not failed, "\n".join(failed) + "\n(python -m jaxrl_llm.report_check --update)"
+    assert not failed, "\n".join(failed) + "\n(python -m jaxrl_llm.report.check --update)"
     assert {o.status for o in outcomes} <= {"ok", "not regenerable"}
 
 
@@ -38,21 +39,21 @@ def test_an_edited_cell_fails_naming_the_report_row_and_column(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     text = path.read_text()
     path.write_text(text.replace("Generated 2026-", "Generated 2020-", 1))  # the date may differ
-    assert report_check.check_report("docs/reports/lora.md") == ("lora.md", "ok", "")
+    assert check.check_report("docs/reports/lora.md") == ("lora.md", "ok", "")
     row = "| LoRA rank 16 | 0,1,2 | 9.0 [5.5, 13.0] | 28.5 [21.5, 35.7] |"
     assert row in text
     path.write_text(text.replace(row, row.replace("28.5 [", "28.6 [")))
-    assert report_check.main([]) == 1
+    assert check.main([]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2:] == [
         "lora.md: differs: row 'LoRA rank 16', column 'after %': committed '28.6 [21.5, 35.7]', "
         "regenerated '28.5 [21.5, 35.7]'",
-        "[report_check] 1 reports, 1 failed: lora.md",
+        "[report.check] 1 reports, 1 failed: lora.md",
     ]
     assert sorted(os.listdir(path.parent)) == ["lora.md", "runs"]  # the check wrote nothing
-    assert report_check.main(["--update"]) == 0  # rewritten from its command, PNG too
+    assert check.main(["--update"]) == 0  # rewritten from its command, PNG too
     assert row in path.read_text() and (path.parent / "lora.png").is_file()
-    assert report_check.check_report("docs/reports/lora.md").status == "ok"
+    assert check.check_report("docs/reports/lora.md").status == "ok"
 
 
 def test_a_changed_sentence_names_its_line(tmp_path, monkeypatch):
@@ -60,7 +61,7 @@ def test_a_changed_sentence_names_its_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = path.read_text()
     path.write_text(text.replace("is not a win.", "is a win.", 1))
-    outcome = report_check.check_report("docs/reports/lora.md")
+    outcome = check.check_report("docs/reports/lora.md")
     assert outcome.status == "differs" and outcome.message.startswith("line 10: committed '...")
     assert "interval includes 0 is a win.'" in outcome.message
     assert "interval includes 0 is not a win.'" in outcome.message
@@ -78,11 +79,11 @@ def tiny_repo(tmp_path, monkeypatch):
 
 def _write(path, text):
     path.write_text(text)
-    return report_check.check_report(str(path.relative_to(os.getcwd())))
+    return check.check_report(str(path.relative_to(os.getcwd())))
 
 
 def test_hand_made_reports_are_checked_and_bad_ones_named(tiny_repo, capsys):
-    assert report_check.check_report("docs/reports/tiny.md") == ("tiny.md", "ok", "")
+    assert check.check_report("docs/reports/tiny.md") == ("tiny.md", "ok", "")
     command = "Generated 2026-12-01 by `python -m jaxrl_llm.report {} --out docs/reports/{}`.\n"
 
     bare = _write(tiny_repo / "bare.md", "| group | after % |\n| --- | --- |\n| a | 1 |\n")
@@ -120,16 +121,16 @@ def test_hand_made_reports_are_checked_and_bad_ones_named(tiny_repo, capsys):
         "old.md", "not regenerable", "the runs were deleted"
     )  # fmt: skip
 
-    assert report_check.main([]) == 1
+    assert check.main([]) == 1
     out = capsys.readouterr().out.splitlines()
     assert "old.md: not regenerable: the runs were deleted" in out and "tiny.md: ok" in out
-    assert out[-1] == "[report_check] 6 reports, 4 failed: bare.md, broken.md, gone.md, other.md"
+    assert out[-1] == "[report.check] 6 reports, 4 failed: bare.md, broken.md, gone.md, other.md"
 
 
 def test_header_command_and_record_paths():
     fenced = "Generated 2026-12-04 by\n\n```\npython experiments/x.py --steps s 'a b=d'\n```\n"
-    assert report_check.header_command(fenced) == ("experiments/x.py", ["--steps", "s", "a b=d"])
-    assert report_check.header_command("Generated 2026-12-04 by `ls -l`.") is None
+    assert check.header_command(fenced) == ("experiments/x.py", ["--steps", "s", "a b=d"])
+    assert check.header_command("Generated 2026-12-04 by `ls -l`.") is None
     args = ["a=x,y", "b", "--against", "a", "--start_from", "s", "--metric",
             "reward/process_steps", "--out", "o", "--steps=t"]  # fmt: skip
-    assert report_check.record_paths(args) == ["x", "y", "b", "s", "t"]
+    assert check.record_paths(args) == ["x", "y", "b", "s", "t"]

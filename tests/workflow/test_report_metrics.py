@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from jaxrl_llm import report, report_metrics
+from jaxrl_llm import report
 from tests.workflow.test_report import make_run
 
 
@@ -21,13 +21,13 @@ def add_metric(run_dir, name, values):
 def test_metric_curve_keeps_the_steps_that_logged_it_and_the_last_row_of_a_step():
     rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 1, "m": 2.0}, {"step": 2, "m": 3.0},
             {"step": 2, "m": 4.0}, {"step": 3, "m": "text"}]  # fmt: skip
-    assert report_metrics.metric_curve(rows, "m") == {1: 2.0, 2: 4.0}
+    assert report.metrics.metric_curve(rows, "m") == {1: 2.0, 2: 4.0}
 
 
 def test_start_end_and_change_by_hand():
     # seed 0: 1 1 | 3 3 ; seed 1: 2 2 | 6 6 (window 2 over 4 steps)
     curves = [{1: 1.0, 2: 1.0, 3: 3.0, 4: 3.0}, {1: 2.0, 2: 2.0, 3: 6.0, 4: 6.0}]
-    row = report_metrics.summarize_metric("g", curves, "m", window=2, num_resamples=500)
+    row = report.metrics.summarize_metric("g", curves, "m", window=2, num_resamples=500)
     assert row.start.mean == pytest.approx(1.5)
     assert row.end.mean == pytest.approx(4.5)
     assert row.change.mean == pytest.approx(3.0)
@@ -41,31 +41,31 @@ def test_start_end_and_change_by_hand():
 def test_the_peak_finds_a_rise_that_recedes_by_the_end():
     # steps 1..9: flat 4, a burst of 9 at steps 4-5, back to 4; window 2 -> peak 9 ending at 5
     curve = {s: 9.0 if s in (4, 5) else 4.0 for s in range(1, 10)}
-    assert report_metrics.running_peak(curve, 2) == (pytest.approx(9.0), 5)
-    assert report_metrics.running_peak(curve, 3) == (pytest.approx(22.0 / 3), 5)  # 4 9 9 or 9 9 4
-    assert report_metrics.running_peak({3: 1.0, 7: 2.0}, 5) == (pytest.approx(1.5), 7)
-    flat_ends = report_metrics.summarize_metric("g", [curve, curve], "m", window=2)
+    assert report.metrics.running_peak(curve, 2) == (pytest.approx(9.0), 5)
+    assert report.metrics.running_peak(curve, 3) == (pytest.approx(22.0 / 3), 5)  # 4 9 9 or 9 9 4
+    assert report.metrics.running_peak({3: 1.0, 7: 2.0}, 5) == (pytest.approx(1.5), 7)
+    flat_ends = report.metrics.summarize_metric("g", [curve, curve], "m", window=2)
     assert flat_ends.seed_ends == [4.0, 4.0] and flat_ends.seed_peaks == [(9.0, 5), (9.0, 5)]
 
 
 def test_a_run_shorter_than_the_window_uses_what_it_has_and_a_silent_seed_gives_none():
-    row = report_metrics.summarize_metric("g", [{1: 1.0, 2: 3.0}], "m", window=5)
+    row = report.metrics.summarize_metric("g", [{1: 1.0, 2: 3.0}], "m", window=5)
     assert row.start.mean == pytest.approx(2.0) and row.end.mean == pytest.approx(2.0)
-    assert report_metrics.summarize_metric("g", [{1: 1.0}, {}], "m") is None
+    assert report.metrics.summarize_metric("g", [{1: 1.0}, {}], "m") is None
     with pytest.raises(ValueError, match="--metric_window=0"):
-        report_metrics.summarize_metric("g", [{1: 1.0}], "m", window=0)
+        report.metrics.summarize_metric("g", [{1: 1.0}], "m", window=0)
 
 
 def test_difference_pairs_step_positions_and_refuses_other_widths():
     flat = [{s: 2.0 for s in range(1, 6)} for _ in range(3)]
     raised = [{s: 2.0 + (s > 3) * 4.0 for s in range(1, 6)} for _ in range(3)]
-    base = report_metrics.summarize_metric("success", flat, "m", window=2)
-    hack = report_metrics.summarize_metric("raw", raised, "m", window=2)
-    diff = report_metrics.metric_difference(hack, base)
+    base = report.metrics.summarize_metric("success", flat, "m", window=2)
+    hack = report.metrics.summarize_metric("raw", raised, "m", window=2)
+    diff = report.metrics.metric_difference(hack, base)
     assert diff.mean == pytest.approx(4.0) and diff.excludes_zero()
-    short = report_metrics.summarize_metric("short", [{1: 1.0}], "m", window=2)
+    short = report.metrics.summarize_metric("short", [{1: 1.0}], "m", window=2)
     with pytest.raises(ValueError, match="average 2 and 1 steps"):
-        report_metrics.metric_difference(base, short)
+        report.metrics.metric_difference(base, short)
 
 
 def test_report_command_writes_the_metric_table_difference_and_curve(tmp_path, capsys):
@@ -114,7 +114,7 @@ def test_a_group_whose_seeds_did_not_all_log_it_says_so(tmp_path):
     add_metric(logged, "m", [1.0, 2.0])
     make_run(tmp_path / "b" / "s0", seed=0, lr=1e-5)
     groups = report.collect_groups([str(tmp_path / "a"), str(tmp_path / "b")], log=lambda _: 0)
-    text, by_name = report_metrics.metric_section(groups, ["m"], window=1, num_resamples=100)
+    text, by_name = report.metrics.metric_section(groups, ["m"], window=1, num_resamples=100)
     assert "not logged by every seed" in text
     assert [row.label for row in by_name["m"]] == [g.label for g in groups if g.runs[0].config[
         "optimizer.learning_rate"] == 3e-5]  # fmt: skip

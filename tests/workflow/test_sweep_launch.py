@@ -10,7 +10,7 @@ import sys
 
 from matplotlib import image as mpimg
 
-from jaxrl_llm.launch import SUMMARY_METRICS
+from jaxrl_llm.launch.sweep import SUMMARY_METRICS
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.plots import png_curves
 

@@ -13,15 +13,8 @@ import time
 
 import pytest
 
-from jaxrl_llm import (
-    gin_bindings,
-    launch,
-    launch_backends,
-    launch_plan,
-    launch_prune,
-    plots,
-    sweeps,
-)
+from jaxrl_llm import gin_bindings, plots, sweeps
+from jaxrl_llm.launch import backends, cli, plan, prune, sweep
 from jaxrl_llm.metrics import MetricsWriter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -110,7 +103,7 @@ def test_check_trials_names_the_bad_trial(tmp_path):
 
 def test_plan_builds_one_command_per_trial(tmp_path):
     trials = [{"loss.advantage": "rloo", "eval.before": False, "gin/format_reward.max_chars": 9}]
-    [trial] = launch_plan.plan(
+    [trial] = plan.plan(
         TINY,
         trials,
         str(tmp_path),
@@ -131,8 +124,8 @@ def test_plan_builds_one_command_per_trial(tmp_path):
         "--gin_bindings=optimizer.b2 = 0.9",
         "--gin_bindings=format_reward.max_chars = 9",
     ]
-    assert launch_plan.flag_value(1e-5) == "1e-05" and launch_plan.parse_value("1e-5") == 1e-5
-    assert launch_plan.parse_value("rloo") == "rloo" and launch_plan.parse_value("False") is False
+    assert plan.flag_value(1e-5) == "1e-05" and plan.parse_value("1e-5") == 1e-5
+    assert plan.parse_value("rloo") == "rloo" and plan.parse_value("False") is False
 
 
 def _fake_trials(tmp_path, codes):
@@ -147,9 +140,7 @@ def _fake_trials(tmp_path, codes):
             f"print('trial {i}'); sys.exit({code})"
         )
         trials.append(
-            launch_plan.Trial(
-                i, f"{i:03d}", {"seed": i}, workdir, (sys.executable, "-c", script), 1
-            )
+            plan.Trial(i, f"{i:03d}", {"seed": i}, workdir, (sys.executable, "-c", script), 1)
         )
     return trials
 
@@ -157,7 +148,7 @@ def _fake_trials(tmp_path, codes):
 def test_run_local_bounds_parallelism_and_records_failures(tmp_path):
     trials = _fake_trials(tmp_path, [0, 0, 3, 0, 0])
     messages = []
-    results = launch_backends.run_local(trials, parallel=2, poll_s=0.02, log=messages.append)
+    results = backends.run_local(trials, parallel=2, poll_s=0.02, log=messages.append)
     assert [r.status for r in results] == ["ok", "ok", "failed", "ok", "ok"]
     assert [r.returncode for r in results] == [0, 0, 3, 0, 0]
     spans = [json.load(open(os.path.join(t.workdir, "times.json"))) for t in trials]
@@ -175,21 +166,21 @@ def test_only_runs_the_selected_trials(tmp_path, capsys):
     """`select` (launch --only) runs the chosen trials; a finished one still counts as reused and
     the others are left alone; an index the sweep lacks is refused before anything runs."""
     trials = _fake_trials(tmp_path, [0, 0, 0])
-    results = launch_backends.run_local(trials, poll_s=0.02, select=lambda t: t.index == 1)
+    results = backends.run_local(trials, poll_s=0.02, select=lambda t: t.index == 1)
     assert [r.status for r in results] == ["not selected", "ok", "not selected"]
     assert not os.path.exists(trials[0].workdir) and os.path.exists(trials[1].workdir)
     with open(os.path.join(trials[1].workdir, "summary.json"), "w") as f:
         json.dump({"steps": 1}, f)
-    again = launch_backends.run_local(trials, poll_s=0.02, select=lambda t: t.index == 2)
+    again = backends.run_local(trials, poll_s=0.02, select=lambda t: t.index == 2)
     assert [r.status for r in again] == ["not selected", "reused", "ok"]
     assert sweeps.parse_int_list("25-27,30", flag="--only") == [25, 26, 27, 30]
     # `--only 2,0` runs trial 2 first; the results come back in plan order
     for trial in trials:
         shutil.rmtree(trial.workdir, ignore_errors=True)
     messages = []
-    ordered = launch.in_only_order(trials, [2, 0])
+    ordered = sweep.in_only_order(trials, [2, 0])
     assert [t.index for t in ordered] == [2, 0, 1]
-    results = launch_backends.run_local(
+    results = backends.run_local(
         ordered, poll_s=0.02, log=messages.append, select=lambda t: t.index in (2, 0)
     )
     started = [m for m in messages if "started" in m]
@@ -198,7 +189,7 @@ def test_only_runs_the_selected_trials(tmp_path, capsys):
         "ok", "not selected", "ok",
     ]  # fmt: skip
     argv = ["--config", TINY, "--seeds", "0,1", "--sweep_dir", str(tmp_path / "s"), "--only", "5"]
-    assert launch.main(argv) == 2
+    assert cli.main(argv) == 2
     assert "--only names trials [5] the sweep does not have (its trials are 0-1" in (
         capsys.readouterr().err
     )
@@ -210,8 +201,8 @@ def test_finished_trials_are_reused(tmp_path):
     os.makedirs(trial.workdir)
     with open(os.path.join(trial.workdir, "summary.json"), "w") as f:
         json.dump({"steps": 1}, f)
-    assert [r.status for r in launch_backends.run_local([trial])] == ["reused"]
-    assert [r.status for r in launch_backends.run_local([trial], rerun=True)] == ["ok"]
+    assert [r.status for r in backends.run_local([trial])] == ["reused"]
+    assert [r.status for r in backends.run_local([trial], rerun=True)] == ["ok"]
 
 
 def _curve_trial(tmp_path, index, overrides, curve, entropy=(0.8, 0.6)):
@@ -228,7 +219,7 @@ def _curve_trial(tmp_path, index, overrides, curve, entropy=(0.8, 0.6)):
         f"json.dump({{'steps': 1}}, open(os.path.join({workdir!r}, 'summary.json'), 'w'))"
     )
     argv = (sys.executable, "-c", script)
-    return launch_plan.Trial(index, f"{index:03d}", dict(overrides), workdir, argv, 1)
+    return plan.Trial(index, f"{index:03d}", dict(overrides), workdir, argv, 1)
 
 
 def test_prune_skips_a_setting_once_a_run_falls_from_its_best(tmp_path):
@@ -243,29 +234,29 @@ def test_prune_skips_a_setting_once_a_run_falls_from_its_best(tmp_path):
         ({"optimizer.learning_rate": 1e-5, "task.name": "gcd", "seed": 0}, steady),
     ]
     trials = [_curve_trial(tmp_path, i, o, c) for i, (o, c) in enumerate(specs)]
-    skip = launch_prune.setting_pruner(trials, max_drop=3.0)
+    skip = prune.setting_pruner(trials, max_drop=3.0)
     assert skip(trials[1]) is None  # nothing has finished yet
     messages = []
-    results = launch_backends.run_local(trials, poll_s=0.02, log=messages.append, skip=skip)
+    results = backends.run_local(trials, poll_s=0.02, log=messages.append, skip=skip)
     assert [r.status for r in results] == ["ok", "pruned", "pruned", "ok", "ok"]
     assert any(
         "001: pruned (000 ended 5.0 points below its best on the test side (> 3))" in m
         for m in messages
     )
     assert not os.path.exists(trials[1].workdir)
-    again = launch_backends.run_local(trials, poll_s=0.02, log=lambda _: None, skip=skip)
+    again = backends.run_local(trials, poll_s=0.02, log=lambda _: None, skip=skip)
     assert [r.status for r in again] == ["reused", "pruned", "pruned", "reused", "reused"]
     # across nothing, the gcd run is a setting of its own and runs
-    by_task = launch_prune.setting_pruner(trials, max_drop=3.0, across=())
+    by_task = prune.setting_pruner(trials, max_drop=3.0, across=())
     assert by_task(trials[2]) is None and by_task(trials[1]) is not None
     with pytest.raises(ValueError, match="--prune_drop=0.0 must be > 0"):
-        launch_prune.setting_pruner(trials, max_drop=0.0)
+        prune.setting_pruner(trials, max_drop=0.0)
     with pytest.raises(ValueError, match="--prune_entropy=1.5 must be in"):
-        launch_prune.setting_pruner(trials, min_entropy_ratio=1.5)
+        prune.setting_pruner(trials, min_entropy_ratio=1.5)
     with pytest.raises(
         ValueError, match="needs --prune_drop, --prune_entropy or --prune_entropy_max"
     ):
-        launch_prune.setting_pruner(trials)
+        prune.setting_pruner(trials)
 
 
 def test_prune_on_entropy_and_a_drop_of_exactly_the_limit(tmp_path):
@@ -283,10 +274,10 @@ def test_prune_on_entropy_and_a_drop_of_exactly_the_limit(tmp_path):
         ),
     ]
     trials = [_curve_trial(tmp_path, i, o, c, e) for i, (o, c, e) in enumerate(specs)]
-    results = launch_backends.run_local(trials[:1], poll_s=0.02, log=lambda _: None)
+    results = backends.run_local(trials[:1], poll_s=0.02, log=lambda _: None)
     assert [r.status for r in results] == ["ok"]
-    assert launch_prune.setting_pruner(trials, max_drop=3.0)(trials[1]) is None
-    skip = launch_prune.setting_pruner(trials, max_drop=3.0, min_entropy_ratio=0.333)
+    assert prune.setting_pruner(trials, max_drop=3.0)(trials[1]) is None
+    skip = prune.setting_pruner(trials, max_drop=3.0, min_entropy_ratio=0.333)
     assert skip(trials[1]) == "000 kept 0.070 of its first sampled entropy (< 0.333)"
     assert skip(trials[2]) is None  # another setting
 
@@ -310,13 +301,13 @@ def test_prune_on_an_entropy_blow_up(tmp_path):
         ),  # fmt: skip
     ]
     trials = [_curve_trial(tmp_path, i, o, c, e) for i, (o, c, e) in enumerate(specs)]
-    launch_backends.run_local([trials[0], trials[2]], poll_s=0.02, log=lambda _: None)
-    skip = launch_prune.setting_pruner(trials, max_entropy_ratio=2.0)
+    backends.run_local([trials[0], trials[2]], poll_s=0.02, log=lambda _: None)
+    skip = prune.setting_pruner(trials, max_entropy_ratio=2.0)
     assert skip(trials[1]) == "000 ended at 2.500 times its first sampled entropy (> 2)"
     assert skip(trials[3]) is None
-    assert launch_prune.setting_pruner(trials, min_entropy_ratio=0.333)(trials[1]) is None
+    assert prune.setting_pruner(trials, min_entropy_ratio=0.333)(trials[1]) is None
     with pytest.raises(ValueError, match="--prune_entropy_max=1.0 must be > 1"):
-        launch_prune.setting_pruner(trials, max_entropy_ratio=1.0)
+        prune.setting_pruner(trials, max_entropy_ratio=1.0)
 
 
 def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
@@ -332,10 +323,10 @@ def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
         writer.write_scalars(2, {"eval/accuracy": 0.125 * (t.index + 1)})
         writer.close()
     results = [
-        launch_backends.TrialResult(trials[0], "ok", 0, 1.0),
-        launch_backends.TrialResult(trials[1], "failed", 1, 2.0),
+        backends.TrialResult(trials[0], "ok", 0, 1.0),
+        backends.TrialResult(trials[1], "failed", 1, 2.0),
     ]
-    csv_path, md_path = launch.write_summary(str(tmp_path), results)
+    csv_path, md_path = sweep.write_summary(str(tmp_path), results)
     rows = list(csv.DictReader(open(csv_path)))
     assert [r["trial"] for r in rows] == ["000", "001"]
     assert [r["status"] for r in rows] == ["ok", "failed"]
@@ -354,7 +345,7 @@ def test_summary_table_holds_the_final_metrics_exactly(tmp_path):
 def test_xmanager_job_script_keeps_the_log_and_exit_code(tmp_path):
     """What XManager's local executor runs for a trial (`/bin/sh -c ...`), run here without it."""
     [trial] = _fake_trials(tmp_path, [5])
-    args = launch_backends.xm_job_args(trial)
+    args = backends.xm_job_args(trial)
     assert args[0] == "-c"
     proc = subprocess.run(["/bin/sh", *args], timeout=60)
     assert proc.returncode == 5
@@ -369,7 +360,7 @@ def test_xmanager_launcher_runs_local_binaries(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # XManager's sqlite database goes under ~/.xmanager
     trials = _fake_trials(tmp_path, [0, 2, 0])
     start = time.time()
-    results = launch_backends.run_xmanager(trials, parallel=2, log=lambda m: None)
+    results = backends.run_xmanager(trials, parallel=2, log=lambda m: None)
     assert [r.status for r in results] == ["ok", "failed", "ok"]
     assert [r.returncode for r in results] == [0, 2, 0]
     assert time.time() - start < 60
@@ -377,7 +368,7 @@ def test_xmanager_launcher_runs_local_binaries(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "module",
-    [gin_bindings, launch, launch_backends, launch_plan, launch_prune, plots, sweeps],
+    [gin_bindings, backends, cli, plan, prune, sweep, plots, sweeps],
     ids=lambda m: m.__name__,
 )
 def test_public_names_have_docstrings(module):
@@ -404,14 +395,14 @@ def test_prune_reads_the_selection_side_where_a_run_has_one(tmp_path):
         (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (workdir / "summary.json").write_text('{"steps": 1}')
         overrides = {"optimizer.learning_rate": 10.0**-index, "seed": 0}
-        return launch_plan.Trial(index, f"{index:03d}", overrides, str(workdir), ("true",), 1)
+        return plan.Trial(index, f"{index:03d}", overrides, str(workdir), ("true",), 1)
 
     falls, steady = [0.10, 0.30, 0.25], [0.10, 0.30, 0.29]
     test_falls, selection_falls = finished(1, falls, steady), finished(2, steady, falls)
     later = [
-        launch_plan.Trial(i + 2, f"{i + 2:03d}", {**t.overrides, "seed": 1}, "", ("true",), 1)
+        plan.Trial(i + 2, f"{i + 2:03d}", {**t.overrides, "seed": 1}, "", ("true",), 1)
         for i, t in enumerate((test_falls, selection_falls), start=1)
     ]
-    skip = launch_prune.setting_pruner([test_falls, selection_falls, *later], max_drop=3.0)
+    skip = prune.setting_pruner([test_falls, selection_falls, *later], max_drop=3.0)
     assert skip(later[0]) is None
     assert skip(later[1]) == "002 ended 5.0 points below its best on the selection side (> 3)"

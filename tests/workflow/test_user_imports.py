@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from jaxrl_llm import launch_plan, user_imports
+from jaxrl_llm import user_imports
+from jaxrl_llm.launch import plan
 from jaxrl_llm.user_imports import (
     import_all,
     import_module_or_file,
@@ -78,9 +79,9 @@ def test_main_stops_in_one_line_when_an_import_fails(capsys):
 
 def test_sweep_trials_import_what_the_launcher_imported(tmp_path):
     path = _module_file(tmp_path, "sweep_user_mod", "X = 1\n")
-    argv = launch_plan.trial_command("c.py", str(tmp_path / "w"), {"seed": 1}, imports=[path])
+    argv = plan.trial_command("c.py", str(tmp_path / "w"), {"seed": 1}, imports=[path])
     assert argv[3] == f"--import={path}" and argv[4] == "--config"
-    (trial,) = launch_plan.plan(
+    (trial,) = plan.plan(
         "experiments/configs/grpo_tiny.py", [{"seed": 1}], str(tmp_path / "s"), imports=[path]
     )
     assert f"--import={path}" in trial.argv

@@ -1,4 +1,4 @@
-"""A two-trial sweep through XManager's local executor (`launch_backends.run_xmanager`).
+"""A two-trial sweep through XManager's local executor (`jaxrl_llm.launch.backends.run_xmanager`).
 
 XManager pins protobuf<7 and constraints.txt pins 7.x, so it lives in its own venv
 (`bash scripts/test_xmanager.sh`, which CI runs): that venv has no jax, so this file imports
@@ -13,7 +13,8 @@ import stat
 
 import pytest
 
-from jaxrl_llm import launch_backends, launch_plan, sweeps
+from jaxrl_llm import sweeps
+from jaxrl_llm.launch import backends, plan
 
 REQUIRED = os.environ.get("JAXRL_REQUIRE_XMANAGER") == "1"
 STAND_IN = """#!/bin/sh
@@ -41,10 +42,10 @@ def test_two_trial_sweep_runs_through_xmanager(tmp_path, monkeypatch):
     for i, overrides in enumerate(sweeps.axis("seed", [0, 1])):
         name = sweeps.trial_name(i, overrides)
         workdir = str(tmp_path / "sweep" / name)
-        argv = launch_plan.trial_command(config, workdir, overrides, python=str(python))
-        trials.append(launch_plan.Trial(i, name, dict(overrides), workdir, tuple(argv), 1))
+        argv = plan.trial_command(config, workdir, overrides, python=str(python))
+        trials.append(plan.Trial(i, name, dict(overrides), workdir, tuple(argv), 1))
     messages = []
-    results = launch_backends.run_xmanager(trials, parallel=2, log=messages.append)
+    results = backends.run_xmanager(trials, parallel=2, log=messages.append)
     assert [r.status for r in results] == ["ok", "failed"]
     assert [r.returncode for r in results] == [0, 3]
     assert any(m.startswith("[launch] XManager experiment ") for m in messages)

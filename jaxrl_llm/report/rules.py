@@ -1,6 +1,6 @@
 """The pieces of the rule a new default must meet (each seed ends within 3 points of its own
 best held-out evaluation and keeps a third of its first sampled entropy) that the report (`jaxrl_llm.report`), its choice of a default
-(`jaxrl_llm.report_choice`) and the sweep pruner (`jaxrl_llm.launch_prune`) share: a run's
+(`jaxrl_llm.report.choice`) and the sweep pruner (`jaxrl_llm.launch.prune`) share: a run's
 held-out curve and sampled entropy from its metrics rows, its drop from its best evaluation, the
 share of its entropy it keeps, and the keys that join runs into groups and settings.
 

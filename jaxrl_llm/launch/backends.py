@@ -4,7 +4,7 @@
     results = run_xmanager(trials, parallel=2)       # needs XManager (README, "Research workflow")
 
 Each trial's stdout and stderr go to `<workdir>/log.txt`; a trial that finished earlier
-(`launch_plan.is_finished`) is reused unless `rerun`.
+(`plan.is_finished`) is reused unless `rerun`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from jaxrl_llm.launch_plan import Trial, is_finished
+from jaxrl_llm.launch.plan import Trial, is_finished
 
 __all__ = ["LOG_FILE", "RETURNCODE_FILE", "TrialResult", "run_local", "run_xmanager", "xm_job_args"]
 
@@ -29,7 +29,7 @@ RETURNCODE_FILE = "returncode"
 @dataclasses.dataclass(frozen=True)
 class TrialResult:
     """How a trial ended: status "ok", "failed", "reused" (finished by an earlier launch),
-    "pruned" (skipped by `run_local`'s `skip`, `jaxrl_llm.launch_prune`) or "not selected" (left
+    "pruned" (skipped by `run_local`'s `skip`, `jaxrl_llm.launch.prune`) or "not selected" (left
     out by its `select`, `launch --only`)."""
 
     trial: Trial

@@ -7,8 +7,8 @@
 
 A trial is `python -m jaxrl_llm.main ...` in its own workdir; `is_finished` tells a trial whose
 `summary.json` records the configured steps, which a launch reuses instead of rerunning. The
-backends that run the trials are in `jaxrl_llm.launch_backends`, the command line in
-`jaxrl_llm.launch`.
+backends that run the trials are in `jaxrl_llm.launch.backends`, the command line in
+`jaxrl_llm.launch.cli`.
 """
 
 from __future__ import annotations

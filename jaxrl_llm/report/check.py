@@ -1,7 +1,7 @@
 """Every committed report regenerates from its kept records: rebuild each one and compare.
 
-    python -m jaxrl_llm.report_check             # check docs/reports/*.md; exit 1 on a difference
-    python -m jaxrl_llm.report_check --update    # rewrite each report that differs, with its PNGs
+    python -m jaxrl_llm.report.check             # check docs/reports/*.md; exit 1 on a difference
+    python -m jaxrl_llm.report.check --update    # rewrite each report that differs, with its PNGs
 
 A report's header names the command that wrote it: `Generated DATE by `python -m jaxrl_llm.report
 ... --out docs/reports/NAME`.`, or that line's command in a fenced block below it (as
@@ -296,7 +296,7 @@ def check_reports(reports_dir: str = "docs/reports", *, update: bool = False) ->
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (module docstring): one line per report; exit 1 when any fails."""
     parser = argparse.ArgumentParser(
-        prog="python -m jaxrl_llm.report_check", description=__doc__.split("\n")[0]
+        prog="python -m jaxrl_llm.report.check", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--root", default=".", help="the repository the commands run from")
     parser.add_argument("--reports", default="docs/reports", help="the reports, from --root")
@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{outcome.name}: {outcome.status}{detail}")
     failed = [o.name for o in outcomes if o.failed]
     print(
-        f"[report_check] {len(outcomes)} reports, "
+        f"[report.check] {len(outcomes)} reports, "
         + (f"{len(failed)} failed: {', '.join(failed)}" if failed else "none failed")
     )
     return 1 if failed else 0

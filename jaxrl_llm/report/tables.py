@@ -1,7 +1,7 @@
 """The report's Markdown: its cells (a percentage with its interval, a signed difference, the
 hacks, the CPU), one row per group in `COLUMNS` order, the header that says what the columns
-mean, and the `--against` and `--choose_across` tables (`jaxrl_llm.report` summarizes the runs;
-this module only writes what it summarized).
+mean, and the `--against` and `--choose_across` tables (`jaxrl_llm.report.summary` summarizes
+the runs; this module only writes what it summarized).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxrl_llm.evals.intervals import Interval
-from jaxrl_llm.report_choice import Setting, common_values
-from jaxrl_llm.report_sides import SIDE_NOTES, sides_and_scorers
+from jaxrl_llm.report.choice import Setting, common_values
+from jaxrl_llm.report.sides import SIDE_NOTES, sides_and_scorers
 
 __all__ = [
     "COLUMNS",

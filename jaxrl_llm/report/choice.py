@@ -1,11 +1,11 @@
 """Choosing a sweep's default by the rule a new default must meet (`python -m jaxrl_llm.report --choose_across`).
 
-Groups summarized by `jaxrl_llm.report.summarize` whose configs agree but for the seed and the
-keys under a prefix (`task.`) are one setting; a setting qualifies when it ran on every task
-with at least 3 seeds, each ending within `max_drop` of its own best held-out evaluation (and,
+Groups summarized by `jaxrl_llm.report.summary.summarize` whose configs agree but for the seed
+and the keys under a prefix (`task.`) are one setting; a setting qualifies when it ran on every
+task with at least 3 seeds, each ending within `max_drop` of its own best held-out evaluation (and,
 with `min_entropy_ratio`, keeping that share of its first sampled entropy); the default is the
 qualifying setting of the highest mean gain over tasks. The pruner of a running sweep
-(`jaxrl_llm.launch_prune`) applies the same rule to the trials not yet started.
+(`jaxrl_llm.launch.prune`) applies the same rule to the trials not yet started.
 
     rows = [report.summarize(group) for group in report.collect_groups(["runs/seeds/stabilisers"])]
     settings, chosen = choose(rows, "task.", max_drop=0.03, min_entropy_ratio=1 / 3)
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxrl_llm.report_rules import IGNORED_KEYS, config_key, differing_keys, exceeds
+from jaxrl_llm.report.rules import IGNORED_KEYS, config_key, differing_keys, exceeds
 
 __all__ = ["Setting", "choose", "common_values"]
 

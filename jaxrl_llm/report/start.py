@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jaxrl_llm.report_rules import differing_keys
+from jaxrl_llm.report.rules import differing_keys
 
 __all__ = ["HELD_OUT_KEYS", "held_out_of", "with_start"]
 

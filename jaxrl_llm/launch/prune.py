@@ -2,7 +2,7 @@
 points of held-out accuracy below its own best evaluation (on the selection side of the split,
 so that the test side a report shows chose nothing; a run made before that side existed is read
 on its one held-out side) cannot become the default
-(`jaxrl_llm.report_choice.choose`), so its trials not yet started are skipped; with
+(`jaxrl_llm.report.choice.choose`), so its trials not yet started are skipped; with
 `min_entropy_ratio`, so is a setting one of whose runs keeps less than that share of its first
 sampled-token entropy (a new default must keep a third), and with
 `max_entropy_ratio` one of whose runs ends above that multiple of it (an entropy blow-up: the
@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jaxrl_llm.launch_plan import Trial, is_finished
+from jaxrl_llm.launch.plan import Trial, is_finished
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.report_rules import (
+from jaxrl_llm.report.rules import (
     IGNORED_KEYS,
     choice_curve,
     config_key,
@@ -41,7 +41,7 @@ __all__ = ["setting_of", "setting_pruner"]
 
 def setting_of(overrides: Mapping[str, Any], across: Sequence[str]) -> str:
     """A key of the overrides a trial shares with the other seeds and tasks of its setting (as
-    `report_choice.choose` joins groups into settings)."""
+    `report.choice.choose` joins groups into settings)."""
     return config_key(
         overrides, lambda k: k not in IGNORED_KEYS and not k.startswith(tuple(across))
     )
