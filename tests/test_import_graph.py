@@ -1,5 +1,6 @@
 """The import graph of `jaxrl_llm/`, built from the source: no circle beyond the known ones (none),
-and no import from a lower layer up to a higher one (the layers of docs/architecture.md).
+and no import from a lower layer up to a higher one (the layers of docs/architecture.md);
+no module over 500 lines.
 
 An edge A -> B is an import of B anywhere in A (inside functions too: a lazy import is still a
 dependency); `from pkg import name` is an edge to `pkg.name` when that is a module, else to `pkg`.
@@ -160,3 +161,20 @@ def test_an_upward_import_is_found_at_function_level_too(tmp_path):
         )
         == []
     )
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_over_500_lines():
+    """A module that outgrows 500 lines holds more than one concern: split it by concern."""
+    long = []
+    for folder, _, files in os.walk(ROOT):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    count = sum(1 for _ in f)
+                if count > MAX_MODULE_LINES:
+                    long.append(f"{os.path.relpath(path, os.path.dirname(ROOT))}: {count} lines")
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
