@@ -6,7 +6,8 @@ Every field has a comment; the algorithm's sections come from its module
 (`jaxrl_llm.algorithms.<name>.default_config`). `validate_config` is the one place a config is
 checked (base fields, the sections' own checks, placement, then the algorithm's `validate`) and
 names the field and the fix for a bad value; `apply_overrides` names the closest key for an
-unknown one (`unknown_key_message`). Reading a config file for its stage is `jaxrl_llm.runners.stages.load_config`.
+unknown one (`unknown_key_message`). Reading a config file for its stage is
+`jaxrl_llm.stages.load_config`.
 """
 
 from __future__ import annotations
