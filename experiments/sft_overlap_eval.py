@@ -14,8 +14,9 @@ import sys
 from jaxrl_llm.data.presets import task_source
 from jaxrl_llm.evals import EvalSet, Evaluator
 from jaxrl_llm.models import from_pretrained
-from jaxrl_llm.runners import components, load_config
+from jaxrl_llm.runners import components
 from jaxrl_llm.runners.evaluation import eval_settings
+from jaxrl_llm.stages import load_config
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "sft_smollm2.py")
 

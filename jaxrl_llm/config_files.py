@@ -12,8 +12,8 @@ builds on another one beside it loads it with `sibling_config` instead of copyin
         ...
 
 Nothing here validates values (`unknown_config_flag` only checks that `--config.KEY` flags name
-fields, for the command line's error): `jaxrl_llm.runners.load_config` reads a config with `config_from_file`
-and validates it for its stage.
+fields, for the command line's error): `jaxrl_llm.stages.load_config` reads a config with
+`config_from_file` and validates it for its stage.
 """
 
 from __future__ import annotations

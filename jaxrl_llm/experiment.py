@@ -88,7 +88,7 @@ def train(
     """
     from jaxrl_llm.config import apply_overrides
     from jaxrl_llm.config_files import config_from_file
-    from jaxrl_llm.runners.stages import run_stage, validate_stage
+    from jaxrl_llm.stages import run_stage, validate_stage
     from jaxrl_llm.user_imports import import_all, record_imports, recorded_imports
 
     imports = import_all([*recorded_imports(workdir), *imports])

@@ -6,7 +6,7 @@ through `jaxrl_llm.gin_bindings`; a binding wins over the config file and `--con
 the run records it, so a resume, `evaluate --workdir` and sweeps import it again.
 
 Parses flags, validates the config once (`validate_stage`) and calls
-`jaxrl_llm.runners.run_stage(config, workdir)`, which does not check it again; nothing else
+`jaxrl_llm.stages.run_stage(config, workdir)`, which does not check it again; nothing else
 lives here.
 The algorithm is the config's (`config.algorithm`; experiments/configs/<algorithm>_*.py); a config
 with `stage = "sft"` runs the SFT stage (experiments/configs/sft_*.py).
@@ -55,7 +55,7 @@ _CACHE = flags.DEFINE_string(
 def main(argv):
     """absl's entry point: validates the config from the flags, then runs its stage."""
     del argv
-    from jaxrl_llm.runners import run_stage, validate_stage
+    from jaxrl_llm.stages import run_stage, validate_stage
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
     from jaxrl_llm import distributed

@@ -91,7 +91,6 @@ def main(argv):
 
     if not jax.config.jax_platforms:  # compile for TPU on this CPU; never take a TPU's chips
         jax.config.update("jax_platforms", "cpu")
-    from jaxrl_llm.runners.stages import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         Searcher,
@@ -104,6 +103,7 @@ def main(argv):
         plans_table,
         workload_of,
     )
+    from jaxrl_llm.stages import load_config
 
     try:
         topology = get_topology(_TOPOLOGY.value)

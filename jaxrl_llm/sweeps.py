@@ -182,7 +182,7 @@ def check_trials(
     Raises:
       ValueError: naming the trial, the key and the fix (unknown keys list close matches).
     """
-    from jaxrl_llm.runners.stages import load_config
+    from jaxrl_llm.stages import load_config
 
     configs = []
     for i, trial in enumerate(trials):

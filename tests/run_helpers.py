@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import is_process_dependent
+from jaxrl_llm.runners import TIME_KEYS, is_process_dependent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,3 +78,21 @@ def assert_same_steps(got_dir, want_dir, steps: int, rtol: float = 1e-5, atol: f
             np.testing.assert_allclose(
                 got[step][key], want[step][key], rtol=rtol, atol=atol, err_msg=f"{step} {key}"
             )
+
+
+def loss_rows_by_step(workdir) -> dict[int, dict]:
+    """The rows with a `train/loss` of each step (a stage's or the online runner's), without
+    the timings (`TIME_KEYS`)."""
+    return {
+        r["step"]: {k: v for k, v in r.items() if k not in TIME_KEYS}
+        for r in read_metrics(str(workdir))
+        if "train/loss" in r
+    }
+
+
+def assert_same_values(got: dict[int, dict], want: dict[int, dict], keys) -> None:
+    """Both have the same steps, and at each the same values of `keys` (rtol 1e-5)."""
+    assert sorted(got) == sorted(want)
+    for step in want:
+        for key in keys:
+            np.testing.assert_allclose(got[step][key], want[step][key], rtol=1e-5, atol=1e-7)

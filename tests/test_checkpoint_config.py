@@ -17,7 +17,7 @@ from jaxrl_llm.checkpoint import (
 )
 from jaxrl_llm.config import apply_overrides, grpo_config, validate_config
 from jaxrl_llm.models import init_model, tiny_config
-from jaxrl_llm.runners.stages import load_config
+from jaxrl_llm.stages import load_config
 from jaxrl_llm.training import create_train_state, make_optimizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

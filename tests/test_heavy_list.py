@@ -26,7 +26,7 @@ def test_prefixes_take_their_parametrizations_and_nothing_else():
         "tests/faults/test_faults.py::test_empty_step_directory_is_moved_aside[grpo]"
     )
     assert is_heavy(
-        "tests/runners/test_preference_runs.py::test_offline_preference_learns_the_pairs[kto]"
+        "tests/stages/test_preference_runs.py::test_offline_preference_learns_the_pairs[kto]"
     )
     assert not is_heavy(
         "tests/runners/test_grpo_run.py::test_sigkill_and_resume_reproduces_every_later_step"

@@ -8,7 +8,7 @@ import pytest
 from jaxrl_llm.config import config_for, grpo_config, validate_config
 from jaxrl_llm.config_files import load_module
 from jaxrl_llm.recipes import RECIPES, STABLE_GRPO, apply_recipe
-from jaxrl_llm.runners import load_config
+from jaxrl_llm.stages import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN_JOB = os.path.join(ROOT, "experiments/configs/grpo_smollm2.py")

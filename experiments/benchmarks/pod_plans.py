@@ -56,7 +56,6 @@ def _header(what: str) -> None:
 
 def search(args) -> None:
     """The planner's search for one topology."""
-    from jaxrl_llm.runners import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         Searcher,
@@ -66,6 +65,7 @@ def search(args) -> None:
         plans_table,
         workload_of,
     )  # fmt: skip
+    from jaxrl_llm.stages import load_config
 
     topology = get_topology(args.topology)
     overrides = {"model.name": args.model} if args.model else {}
@@ -105,7 +105,6 @@ MATRIX = [
 def matrix(args) -> None:
     """Every phase of every model (PPO with a reference, a critic and a reward model, so that
     every role compiles), at one mesh each."""
-    from jaxrl_llm.runners import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         actor_train_program,
@@ -124,6 +123,7 @@ def matrix(args) -> None:
         chip as chip_of,
     )
     from jaxrl_llm.sharding import make_mesh
+    from jaxrl_llm.stages import load_config
 
     _header("every phase compiled for a TPU slice")
     cache = CompileCache(CACHE)
@@ -208,7 +208,6 @@ def anchors(args) -> None:
     attention; remat's recomputation and the input embedding not counted). The published
     figures counted attention over the whole square (MaxText then): they are put on
     the causal count by the ratio of the two counts at the same tokens per second."""
-    from jaxrl_llm.runners import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         actor_train_program,
@@ -218,6 +217,7 @@ def anchors(args) -> None:
         workload_of,
     )
     from jaxrl_llm.sharding import make_mesh
+    from jaxrl_llm.stages import load_config
 
     _header("train-step MFU predicted at MaxText's published shapes")
     print(
@@ -258,7 +258,6 @@ def anchors(args) -> None:
 def kernels(args) -> None:
     """The 8B train step and reference forward with and without the TPU kernels."""
     from jaxrl_llm.models.partitioning import layout_kernels
-    from jaxrl_llm.runners import load_config
     from jaxrl_llm.scale import (
         CompileCache,
         actor_train_program,
@@ -269,6 +268,7 @@ def kernels(args) -> None:
         workload_of,
     )  # fmt: skip
     from jaxrl_llm.sharding import make_mesh
+    from jaxrl_llm.stages import load_config
 
     topology = get_topology("v5e-64")
     chip, shape = topology.chip, (16, 4)

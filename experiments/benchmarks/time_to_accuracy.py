@@ -190,7 +190,7 @@ def race_config(config_path: str, overrides: dict, race: Race):
     """The run config both sides follow: the file's config, `overrides`, and this benchmark's
     fields (steps, no checkpoints, no evaluation of the runner's own: the hook evaluates)."""
     from jaxrl_llm.config import apply_overrides
-    from jaxrl_llm.runners import load_config
+    from jaxrl_llm.stages import load_config
 
     config = load_config(config_path)
     apply_overrides(config, overrides)
@@ -215,7 +215,7 @@ def recipe_steps(config_path: str, overrides: dict) -> int:
     `max_steps`, so a race of more steps stretches a cosine (at step 34 of 1,000 it is still at
     0.997 of its peak)."""
     from jaxrl_llm.config import apply_overrides
-    from jaxrl_llm.runners import load_config
+    from jaxrl_llm.stages import load_config
 
     return apply_overrides(load_config(config_path), overrides).train.num_steps
 

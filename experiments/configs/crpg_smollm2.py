@@ -6,7 +6,7 @@ group, sigmoid(r - mean r) (docs/constraints.md).
 
 import os
 
-from jaxrl_llm.runners.stages import load_config
+from jaxrl_llm.stages import load_config
 
 
 def get_config():

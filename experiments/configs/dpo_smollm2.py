@@ -1,9 +1,9 @@
-"""Offline DPO on SmolLM2-135M-Instruct and chain_sum (jaxrl_llm/runners/preference.py). Pairs:
+"""Offline DPO on SmolLM2-135M-Instruct and chain_sum (jaxrl_llm/stages/preference.py). Pairs:
 --config.preference.pairs=<a pair JSONL> (e.g. the reward-model stage's pairs.jsonl), or by
 default made from the policy's own samples (256 prompts x 8 at temperature 1, up to 4 (correct,
 incorrect) pairs a prompt). Loss: --config.preference.loss_type=sigmoid|ipo|hinge|kto|simpo|orpo."""
 
-from jaxrl_llm.runners.preference import preference_config
+from jaxrl_llm.stages.preference import preference_config
 
 
 def get_config():

@@ -1,8 +1,8 @@
-"""Offline DPO (jaxrl_llm/runners/preference.py) on the tiny random model: seconds, for tests.
+"""Offline DPO (jaxrl_llm/stages/preference.py) on the tiny random model: seconds, for tests.
 Give a pair file with --config.preference.pairs, or let it make pairs from its own samples."""
 
 from jaxrl_llm.config import make_tiny
-from jaxrl_llm.runners.preference import preference_config
+from jaxrl_llm.stages.preference import preference_config
 
 
 def get_config():

@@ -8,7 +8,7 @@ rate is above the bound (docs/constraints.md).
 
 import os
 
-from jaxrl_llm.runners.stages import load_config
+from jaxrl_llm.stages import load_config
 
 
 def get_config():

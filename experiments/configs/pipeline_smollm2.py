@@ -14,8 +14,8 @@ hacked (greedy 19.5% -> 11.5%):
 
 import os
 
-from jaxrl_llm.runners.pipeline_stages import pipeline_config
-from jaxrl_llm.runners.stages import load_config
+from jaxrl_llm.stages import load_config
+from jaxrl_llm.stages.pipeline import pipeline_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -4,9 +4,9 @@ A random policy rarely earns the verifier's reward, so its reward-model stage ma
 the tests swap in a reward it earns half the time."""
 
 from jaxrl_llm.config import config_for, make_tiny
-from jaxrl_llm.runners.pipeline_stages import pipeline_config
-from jaxrl_llm.runners.reward_model import rm_config
-from jaxrl_llm.runners.sft import sft_config
+from jaxrl_llm.stages.pipeline import pipeline_config
+from jaxrl_llm.stages.reward_model import rm_config
+from jaxrl_llm.stages.sft import sft_config
 
 
 def get_config():

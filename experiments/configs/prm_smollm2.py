@@ -5,7 +5,7 @@ then 40 updates of 8 completions (about 1.5 epochs).
     python -m jaxrl_llm.main --config experiments/configs/prm_smollm2.py --workdir runs/prm
 Written to runs/prm/process_reward_model (the RL stage's --config.rewards.process_model)."""
 
-from jaxrl_llm.runners.process_reward_model import prm_config
+from jaxrl_llm.stages.process_reward_model import prm_config
 
 
 def get_config():

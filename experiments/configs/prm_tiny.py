@@ -1,7 +1,7 @@
 """The process reward-model stage on a tiny random model (seconds; for tests and notebooks)."""
 
 from jaxrl_llm.config import make_tiny
-from jaxrl_llm.runners.process_reward_model import prm_config
+from jaxrl_llm.stages.process_reward_model import prm_config
 
 
 def get_config():

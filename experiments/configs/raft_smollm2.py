@@ -4,7 +4,7 @@ accepted completion)."""
 
 import os
 
-from jaxrl_llm.runners.stages import load_config
+from jaxrl_llm.stages import load_config
 
 
 def get_config():

@@ -1,8 +1,8 @@
-"""ReST-EM on SmolLM2-135M-Instruct and chain_sum (jaxrl_llm/runners/self_training.py): per
+"""ReST-EM on SmolLM2-135M-Instruct and chain_sum (jaxrl_llm/stages/self_training.py): per
 iteration 64 prompts x 8 samples (temperature 0.7, 32 new tokens, as the RL runs sample), then 10
 SFT updates of 16 accepted records at learning rate 1e-5 (the SFT stage's)."""
 
-from jaxrl_llm.runners.self_training import self_training_config
+from jaxrl_llm.stages.self_training import self_training_config
 
 
 def get_config():

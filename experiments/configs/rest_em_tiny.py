@@ -1,7 +1,7 @@
-"""ReST-EM (jaxrl_llm/runners/self_training.py) on the tiny random model: seconds, for tests."""
+"""ReST-EM (jaxrl_llm/stages/self_training.py) on the tiny random model: seconds, for tests."""
 
 from jaxrl_llm.config import make_tiny
-from jaxrl_llm.runners.self_training import self_training_config
+from jaxrl_llm.stages.self_training import self_training_config
 
 
 def get_config():

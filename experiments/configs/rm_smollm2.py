@@ -4,7 +4,7 @@ verifier (up to 4 distinct pairs a prompt), then 40 Bradley-Terry updates of 8 p
     python -m jaxrl_llm.main --config experiments/configs/rm_smollm2.py --workdir runs/rm
 The reward model is written to runs/rm/reward_model (the RL stage's --config.rewards.model)."""
 
-from jaxrl_llm.runners.reward_model import rm_config
+from jaxrl_llm.stages.reward_model import rm_config
 
 
 def get_config():

@@ -2,7 +2,7 @@
 random policy never solves the task, so tests give it a pair file (config.rm.pairs)."""
 
 from jaxrl_llm.config import make_tiny
-from jaxrl_llm.runners.reward_model import rm_config
+from jaxrl_llm.stages.reward_model import rm_config
 
 
 def get_config():

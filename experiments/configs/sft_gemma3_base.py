@@ -1,6 +1,6 @@
 """A short SFT warm-up for Gemma 3 270M base before GRPO (issue 42, item 4): basic_arithmetic's
 training-side questions with their gold answers rendered as "The answer is N." after the
-"Question: ... Answer:" prompt (jaxrl_llm/runners/sft.py), so that the base model learns to state
+"Question: ... Answer:" prompt (jaxrl_llm/stages/sft.py), so that the base model learns to state
 one answer and stop, which GRPO from the base model alone did not teach it (docs/gemma3.md).
 
     python -m jaxrl_llm.main --config experiments/configs/sft_gemma3_base.py \\
@@ -14,7 +14,7 @@ warm-up steps; held-out greedy accuracy before and after on the same 200 held-ou
 the GRPO runs' evaluation.
 """
 
-from jaxrl_llm.runners.sft import sft_config
+from jaxrl_llm.stages.sft import sft_config
 
 
 def get_config():

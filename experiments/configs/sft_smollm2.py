@@ -1,9 +1,9 @@
 """The SFT stage on SmolLM2-135M-Instruct: chain_sum questions with their gold answers rendered
-as "The answer is N." (see jaxrl_llm/runners/sft.py). About 10 minutes on 2 CPU cores:
+as "The answer is N." (see jaxrl_llm/stages/sft.py). About 10 minutes on 2 CPU cores:
     python -m jaxrl_llm.main --config experiments/configs/sft_smollm2.py --workdir runs/sft
 The fine-tuned policy is written to runs/sft/model (a Hugging Face directory)."""
 
-from jaxrl_llm.runners.sft import sft_config
+from jaxrl_llm.stages.sft import sft_config
 
 
 def get_config():

@@ -1,7 +1,7 @@
 """The SFT stage on a tiny random model (seconds; for tests and notebooks)."""
 
 from jaxrl_llm.config import make_tiny
-from jaxrl_llm.runners.sft import sft_config
+from jaxrl_llm.stages.sft import sft_config
 
 
 def get_config():

@@ -11,7 +11,7 @@
 - `overrides`: `apply_overrides` for dotted keys; an unknown one gets the closest key
   (`unknown_key_message`).
 
-Reading a config file for its stage is `jaxrl_llm.runners.stages.load_config`.
+Reading a config file for its stage is `jaxrl_llm.stages.load_config`.
 """
 
 from jaxrl_llm.config.defaults import base_config, config_for, grpo_config, make_tiny

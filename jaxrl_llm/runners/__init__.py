@@ -7,9 +7,8 @@ old) put together around `OnlineRun`'s collect -> process -> update, for whichev
 config names (or one passed in). `restore_policy(workdir)` gives a finished run's policy back
 (its config, model and checkpointed weights).
 
-A config's `stage` picks the stage of the three-stage pipeline (`runners.stages`): RL (the
-default), "sft" (`runners.sft`) or "reward_model" (`runners.reward_model`); `load_config` reads
-and validates a config file, `validate_stage` and `run_stage` dispatch on the stage.
+Offline stages (SFT, reward models, offline preference, self-training) and the registry that
+picks a config's stage live in `jaxrl_llm.stages`, which imports from here, never the other way.
 """
 
 from jaxrl_llm.runners.collectors import Collector, Generated, rollout_seed
@@ -34,7 +33,6 @@ from jaxrl_llm.runners.online_sync import Schedule, SyncSchedule
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.restore import RestoredPolicy, load_run_config, restore_policy
 from jaxrl_llm.runners.sampler import SingleTurnSampler
-from jaxrl_llm.runners.stages import load_config, run_stage, validate_stage
 
 __all__ = [
     "TIME_KEYS",
@@ -61,11 +59,8 @@ __all__ = [
     "default_hooks",
     "eval_settings",
     "greedy_accuracy",
-    "load_config",
     "load_run_config",
     "restore_policy",
     "rollout_seed",
-    "run_stage",
     "train",
-    "validate_stage",
 ]

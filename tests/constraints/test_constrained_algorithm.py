@@ -11,7 +11,8 @@ from jaxrl_llm.algorithms import Experience, make
 from jaxrl_llm.algorithms.grpo import group_advantages
 from jaxrl_llm.config import config_for, validate_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import TIME_KEYS, load_config, train
+from jaxrl_llm.runners import TIME_KEYS, train
+from jaxrl_llm.stages import load_config
 
 # Four rows (two groups of two): prompt at 0-1, completion at 2-3.
 TOKENS = np.array([[5, 6, 7, 8], [5, 6, 9, 0], [5, 6, 7, 0], [5, 6, 8, 9]], np.int32)

@@ -6,8 +6,9 @@ import os
 
 from jaxrl_llm.data import PromptBatcher, load_user_data, task_pool, write_prompts
 from jaxrl_llm.rewards.user import BatchReward
-from jaxrl_llm.runners import load_config, train
+from jaxrl_llm.runners import train
 from jaxrl_llm.runners.components import SELECTION_SET, build_eval_sets
+from jaxrl_llm.stages import load_config
 from tests.data.test_user_data import rows, section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

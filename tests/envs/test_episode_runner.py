@@ -11,7 +11,8 @@ import pytest
 
 from jaxrl_llm.algorithms.staleness import behaviour_version
 from jaxrl_llm.config import validate_config
-from jaxrl_llm.runners import load_config, restore_policy, train
+from jaxrl_llm.runners import restore_policy, train
+from jaxrl_llm.stages import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -405,7 +405,7 @@ def test_rl_run_with_a_hostile_policy_keeps_its_checkpoints(tmp_path, monkeypatc
 
     from jaxrl_llm.envs import tool_env
     from jaxrl_llm.runners import train
-    from jaxrl_llm.runners.stages import load_config
+    from jaxrl_llm.stages import load_config
 
     workdir = tmp_path / "run"
     calls = [

@@ -23,7 +23,8 @@ from jaxrl_llm import checkpoint
 from jaxrl_llm.checkpoint import CheckpointSaveError, CheckpointSpaceError
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.rewards import RewardRunner
-from jaxrl_llm.runners import components, hooks, load_config, train
+from jaxrl_llm.runners import components, hooks, train
+from jaxrl_llm.stages import load_config
 from tests.run_helpers import assert_same_steps, rows_by_step, start_main, wait_for_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,8 +13,9 @@ from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.rewards import RewardRunner
 from jaxrl_llm.roles import Learner, RolloutWorker, make_placement, validate_placement
-from jaxrl_llm.runners import TIME_KEYS, load_config, train
+from jaxrl_llm.runners import TIME_KEYS, train
 from jaxrl_llm.sharding import no_host_transfers
+from jaxrl_llm.stages import load_config
 from jaxrl_llm.training import make_optimizer
 
 TINY = "experiments/configs/grpo_tiny.py"

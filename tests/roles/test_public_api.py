@@ -1,4 +1,5 @@
-"""Every public name of the algorithms, roles, runners, evals and envs packages has a docstring."""
+"""Every public name of the algorithms, roles, runners, stages, evals and envs packages has a
+docstring."""
 
 import importlib
 
@@ -11,6 +12,7 @@ import pytest
         "jaxrl_llm.algorithms",
         "jaxrl_llm.roles",
         "jaxrl_llm.runners",
+        "jaxrl_llm.stages",
         "jaxrl_llm.evals",
         "jaxrl_llm.envs",
     ],

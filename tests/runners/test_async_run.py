@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from jaxrl_llm.algorithms.staleness import behaviour_version
-from jaxrl_llm.runners import load_config, restore_policy, train
+from jaxrl_llm.runners import restore_policy, train
 from jaxrl_llm.runners.online_run import OnlineRun
 from jaxrl_llm.runners.pipeline import PipelineError
+from jaxrl_llm.stages import load_config
 from tests.run_helpers import (
     ROOT,
     assert_same_steps,

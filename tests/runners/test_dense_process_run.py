@@ -22,7 +22,7 @@ from jaxrl_llm.rollout.chat import completion_texts
 from jaxrl_llm.rollout.types import Rollout
 from jaxrl_llm.runners import train
 from jaxrl_llm.runners.components import load_policy
-from jaxrl_llm.runners.stages import load_config, validate_stage
+from jaxrl_llm.stages import load_config, validate_stage
 from tests.run_helpers import ROOT
 
 CONFIGS = os.path.join(ROOT, "experiments", "configs")

@@ -7,7 +7,8 @@ import pytest
 
 from jaxrl_llm.algorithms import grpo
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import NonFiniteLossError, is_process_dependent, load_config, train
+from jaxrl_llm.runners import NonFiniteLossError, is_process_dependent, train
+from jaxrl_llm.stages import load_config
 from tests.run_helpers import assert_same_steps, kill_at_step_then_resume, start_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import TIME_KEYS, load_config, run_stage, train
+from jaxrl_llm.runners import TIME_KEYS, train
 from jaxrl_llm.runners.restore import restore_policy
+from jaxrl_llm.stages import load_config, run_stage
 
 LORA = {"model.lora.rank": 4, "model.lora.alpha": 8.0, "optimizer.learning_rate": 1e-3}
 

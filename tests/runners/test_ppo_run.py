@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import TIME_KEYS, load_config, train
+from jaxrl_llm.runners import TIME_KEYS, train
+from jaxrl_llm.stages import load_config
 
 TINY_PPO = "experiments/configs/ppo_tiny.py"
 

@@ -98,8 +98,8 @@ def test_every_free_field_exists():
 
 
 def test_a_supervised_stage_checks_its_workdir_too(tmp_path):
-    from jaxrl_llm.runners.sft import sft_config
-    from jaxrl_llm.runners.supervised import write_config
+    from jaxrl_llm.stages.sft import sft_config
+    from jaxrl_llm.stages.supervised import write_config
 
     workdir = _workdir_with_checkpoints(tmp_path, sft_config())
     write_config(apply_overrides(sft_config(), {"sft.eval_every": 5}), workdir)  # cadence: free

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import load_config, train
+from jaxrl_llm.runners import train
 from jaxrl_llm.runners.hooks import Hook, default_hooks
+from jaxrl_llm.stages import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from jaxrl_llm.distributed import free_port
-from jaxrl_llm.runners import load_config, train
+from jaxrl_llm.runners import train
+from jaxrl_llm.stages import load_config
 from tests.run_helpers import ROOT, assert_same_steps, rows_by_step, wait_for_step
 
 ASYNC_TINY = os.path.join(ROOT, "experiments", "configs", "grpo_async_tiny.py")

@@ -142,8 +142,8 @@ def test_pure_bfloat16_below_its_rounding_step_is_refused_in_one_line():
 
 
 def test_every_stage_is_checked():
-    from jaxrl_llm.runners.sft import sft_config
-    from jaxrl_llm.runners.stages import validate_stage
+    from jaxrl_llm.stages import validate_stage
+    from jaxrl_llm.stages.sft import sft_config
 
     config = sft_config()
     with config.unlocked():

@@ -8,7 +8,7 @@ import pytest
 
 from jaxrl_llm.data.pairs import Pair
 from jaxrl_llm.rollout.chat import response_rows
-from jaxrl_llm.runners.preference import encode_pair, pair_rows
+from jaxrl_llm.stages.preference import encode_pair, pair_rows
 
 # one token per character (its code point), end of turn 1, pad 0
 TOKENIZER = types.SimpleNamespace(

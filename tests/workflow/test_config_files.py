@@ -11,7 +11,7 @@ from jaxrl_llm.config_files import (
     split_config_arg,
     unknown_config_flag,
 )
-from jaxrl_llm.runners.stages import load_config
+from jaxrl_llm.stages import load_config
 from tests.run_helpers import ROOT
 
 CONFIGS = os.path.join(ROOT, "experiments", "configs")
@@ -107,9 +107,9 @@ class _Built(Exception):
 @pytest.mark.parametrize(
     "config_file, module, stage_name, train",
     [
-        ("sft_tiny.py", "jaxrl_llm.runners.sft", "SFT", "train_sft"),
-        ("rm_tiny.py", "jaxrl_llm.runners.reward_model", "REWARD_MODEL", "train_reward_model"),
-        ("dpo_tiny.py", "jaxrl_llm.runners.preference", "PREFERENCE", "train_preference"),
+        ("sft_tiny.py", "jaxrl_llm.stages.sft", "SFT", "train_sft"),
+        ("rm_tiny.py", "jaxrl_llm.stages.reward_model", "REWARD_MODEL", "train_reward_model"),
+        ("dpo_tiny.py", "jaxrl_llm.stages.preference", "PREFERENCE", "train_preference"),
     ],
 )
 def test_a_loaded_supervised_config_is_validated_once(
@@ -119,7 +119,7 @@ def test_a_loaded_supervised_config_is_validated_once(
     the stage's own train function, called directly, checks once."""
     import importlib
 
-    from jaxrl_llm.runners import run_stage
+    from jaxrl_llm.stages import run_stage
 
     stage_module = importlib.import_module(module)
     calls = []

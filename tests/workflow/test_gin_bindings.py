@@ -13,8 +13,9 @@ from jaxrl_llm import gin_bindings
 from jaxrl_llm.algorithms import grpo
 from jaxrl_llm.config import config_for, grpo_config
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import load_config, train
+from jaxrl_llm.runners import train
 from jaxrl_llm.runners.components import build_rewards
+from jaxrl_llm.stages import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "experiments", "configs", "grpo_tiny.py")

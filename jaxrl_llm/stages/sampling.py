@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxrl_llm.runners.sample_journal import SampleJournal
+from jaxrl_llm.stages.sample_journal import SampleJournal
 
 __all__ = ["TaskSampler", "sample_groups", "task_sampler"]
 

@@ -39,16 +39,16 @@ from jaxrl_llm.rewards.process import step_token_ends, write_step_marker
 from jaxrl_llm.rewards.refinement import split_steps
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy
-from jaxrl_llm.runners.stage_data import labelled_items, step_indices
-from jaxrl_llm.runners.stage_parts import (
+from jaxrl_llm.stages.data import labelled_items, step_indices
+from jaxrl_llm.stages.parts import (
     check_sampled_labels_section,
     percent_change,
     sampled_labels_fields,
     scalar_head_learner,
     stage_config,
 )
-from jaxrl_llm.runners.stage_sampling import task_sampler
-from jaxrl_llm.runners.supervised import SupervisedStage, save_scalar_head, train_stage
+from jaxrl_llm.stages.sampling import task_sampler
+from jaxrl_llm.stages.supervised import SupervisedStage, save_scalar_head, train_stage
 
 
 def prm_section() -> ml_collections.ConfigDict:
@@ -144,7 +144,7 @@ def make_step_labels(
 ) -> dict[str, float]:
     """Samples completions and labels their steps by Monte Carlo completion (module docstring);
     writes `path` and returns counts. `journal` keeps the decode calls, so that a rerun of a
-    killed pass decodes only what it had not (`stage_sampling.task_sampler`)."""
+    killed pass decodes only what it had not (`sampling.task_sampler`)."""
     p = config.prm
     source = task_pool(config.task, side="train", seed=config.seed)
     examples = list(itertools.islice(iter(source), p.num_prompts))

@@ -1,6 +1,7 @@
-"""The preference and self-training methods end to end on the tiny model: online DPO and RRHF
-through the online runner, ReST-EM and RAFT, offline DPO / KTO / SimPO / ORPO; each runs two
-steps (or iterations), resumes to repeat the uninterrupted run, and names bad fields."""
+"""The offline preference and self-training stages end to end on the tiny model: ReST-EM and
+RAFT, offline DPO / KTO / SimPO / ORPO; each runs two steps (or iterations), resumes to repeat
+the uninterrupted run, and names bad fields. Online DPO and RRHF through the online runner are in
+tests/runners/test_online_preference_runs.py."""
 
 import json
 import os
@@ -11,87 +12,18 @@ import pytest
 from flax import nnx
 
 from jaxrl_llm.data.pairs import Pair, write_pairs_jsonl
-from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.models import init_model, tiny_config
 from jaxrl_llm.roles import Learner, make_placement
-from jaxrl_llm.runners import TIME_KEYS, load_config, run_stage, train
-from jaxrl_llm.runners.self_training import accepted_records
+from jaxrl_llm.stages import load_config, run_stage
+from jaxrl_llm.stages.self_training import accepted_records
 from jaxrl_llm.training import make_optimizer
-from tests.run_helpers import ROOT
+from tests.run_helpers import ROOT, assert_same_values, loss_rows_by_step
 
 CONFIGS = os.path.join(ROOT, "experiments", "configs")
 
 
 def _config(name, **overrides):
     return load_config(os.path.join(CONFIGS, f"{name}_tiny.py"), overrides)
-
-
-def _train_rows(workdir):
-    return {
-        r["step"]: {k: v for k, v in r.items() if k not in TIME_KEYS}
-        for r in read_metrics(str(workdir))
-        if "train/loss" in r
-    }
-
-
-def _assert_same(got, want, keys):
-    assert sorted(got) == sorted(want)
-    for step in want:
-        for key in keys:
-            np.testing.assert_allclose(got[step][key], want[step][key], rtol=1e-5, atol=1e-7)
-
-
-# Slow (default coverage: test_online_dpo_with_an_off_policy_lag_trains_on_older_samples,
-# test_rrhf_with_gold_references_runs_through_the_online_runner; resuming the online runner:
-# test_grpo_run.py::test_sigkill_and_resume_reproduces_every_later_step).
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["online_dpo", "rrhf"])
-def test_online_preference_algorithm_learns_and_resumes(tmp_path, text_reward, name):
-    flags = {"train.checkpoint_every": 1, "eval.before": False, "eval.after": False}
-    summary = train(_config(name, **{"train.num_steps": 2, **flags}), str(tmp_path / "a"))
-    assert summary["algorithm"] == name and summary["steps"] == 2
-    train(_config(name, **{"train.num_steps": 1, **flags}), str(tmp_path / "b"))
-    train(_config(name, **{"train.num_steps": 2, **flags}), str(tmp_path / "b"))
-    want, got = _train_rows(tmp_path / "a"), _train_rows(tmp_path / "b")
-    _assert_same(got, want, ["train/loss", "train/grad_norm", "reward/mean"])
-    assert all(row["train/grad_norm"] > 0 for row in want.values())  # the reward separates
-    if name == "online_dpo":
-        assert all(0 < row["algo/pairs_kept"] <= 1 for row in want.values())
-
-
-def test_rrhf_with_gold_references_runs_through_the_online_runner(tmp_path, text_reward):
-    config = _config(
-        "rrhf",
-        **{
-            "train.num_steps": 2,
-            "loss.reference_template": "The answer is {answer}.",
-            "eval.before": False,
-            "eval.after": False,
-        },
-    )
-    train(config, str(tmp_path))
-    rows = _train_rows(tmp_path)
-    assert sorted(rows) == [1, 2]
-    # 2 prompts x (4 samples + 1 reference) rows a step; the odd-length reward scores them
-    assert all(row["train/rows"] == 10 for row in rows.values())
-    assert all(0 <= row["algo/reference_reward"] <= 1 for row in rows.values())
-
-
-def test_online_dpo_with_an_off_policy_lag_trains_on_older_samples(tmp_path, text_reward):
-    config = _config(
-        "online_dpo",
-        **{
-            "train.num_steps": 3,
-            "async_rl.enabled": True,
-            "async_rl.max_staleness": 1,
-            "eval.before": False,
-            "eval.after": False,
-        },
-    )
-    train(config, str(tmp_path))
-    rows = _train_rows(tmp_path)
-    # deterministic mode: batch s is generated with version s - 1 (exactly one step old)
-    assert [rows[s]["async/staleness"] for s in (2, 3)] == [1.0, 1.0]
 
 
 def test_accepted_records_keep_distinct_accepted_completions_up_to_the_cap():
@@ -137,9 +69,9 @@ def test_self_training_iterates_reports_and_resumes(tmp_path, method):
     )
     resumed = run_stage(_config(method), str(tmp_path / "b"), progress=False)
     for i in (0, 1):
-        want = _train_rows(tmp_path / "a" / f"iteration_{i}")
-        got = _train_rows(tmp_path / "b" / f"iteration_{i}")
-        _assert_same(got, want, ["train/loss", "train/grad_norm"])
+        want = loss_rows_by_step(tmp_path / "a" / f"iteration_{i}")
+        got = loss_rows_by_step(tmp_path / "b" / f"iteration_{i}")
+        assert_same_values(got, want, ["train/loss", "train/grad_norm"])
     assert resumed["eval_after"] == whole["eval_after"]
 
 
@@ -151,11 +83,13 @@ def test_rest_em_fine_tunes_the_base_model_and_raft_continues(tmp_path):
     raft = _config("raft", **{"self_training.iterations": 2})
     run_stage(raft, str(tmp_path / "raft"), progress=False)
     first = {
-        m: _train_rows(tmp_path / m / "iteration_0")[1]["train/loss"] for m in ("rest", "raft")
+        m: loss_rows_by_step(tmp_path / m / "iteration_0")[1]["train/loss"]
+        for m in ("rest", "raft")
     }
     assert first["rest"] == pytest.approx(first["raft"], rel=1e-6)  # both start from the base
     second = {
-        m: _train_rows(tmp_path / m / "iteration_1")[1]["train/loss"] for m in ("rest", "raft")
+        m: loss_rows_by_step(tmp_path / m / "iteration_1")[1]["train/loss"]
+        for m in ("rest", "raft")
     }
     assert second["rest"] != pytest.approx(second["raft"], rel=1e-4)
 
@@ -215,8 +149,10 @@ def test_offline_dpo_resumes_with_its_cached_reference(tmp_path):
         _config("dpo", **{"train.num_steps": 4, **flags}), str(tmp_path / "b"), progress=False
     )
     assert os.stat(cache).st_mtime_ns == written  # read back, not recomputed
-    _assert_same(
-        _train_rows(tmp_path / "b"), _train_rows(tmp_path / "a"), ["train/loss", "train/grad_norm"]
+    assert_same_values(
+        loss_rows_by_step(tmp_path / "b"),
+        loss_rows_by_step(tmp_path / "a"),
+        ["train/loss", "train/grad_norm"],
     )
 
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from jaxrl_llm.metrics import read_metrics
-from jaxrl_llm.runners import load_config, run_stage
+from jaxrl_llm.stages import load_config, run_stage
 from tests.run_helpers import ROOT
 
 PIPELINE_TINY = os.path.join(ROOT, "experiments", "configs", "pipeline_tiny.py")
@@ -35,7 +35,7 @@ def test_a_bad_stage_field_is_named_with_its_stage():
     config = load_config(PIPELINE_TINY)
     with config.unlocked():
         config.reward_model.rm.batch_size = 0
-    from jaxrl_llm.runners import validate_stage
+    from jaxrl_llm.stages import validate_stage
 
     with pytest.raises(ValueError, match=r"config\.reward_model: config\.rm\.batch_size=0"):
         validate_stage(config)

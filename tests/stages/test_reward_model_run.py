@@ -10,9 +10,9 @@ import pytest
 
 from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl, write_pairs_jsonl
 from jaxrl_llm.models.heads import load_scalar_model
-from jaxrl_llm.runners import load_config, run_stage
-from jaxrl_llm.runners.reward_model import spread_pairs
-from jaxrl_llm.runners.stage_data import padded_width, split_by_group
+from jaxrl_llm.stages import load_config, run_stage
+from jaxrl_llm.stages.data import padded_width, split_by_group
+from jaxrl_llm.stages.reward_model import spread_pairs
 from tests.run_helpers import ROOT
 
 RM_TINY = os.path.join(ROOT, "experiments", "configs", "rm_tiny.py")

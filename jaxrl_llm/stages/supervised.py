@@ -10,7 +10,7 @@ functions. `train_stage` runs every one of them the same way:
        `train.checkpoint_every` steps, resumed from the newest; `train.max_time_s` budget
     -> save(run, <workdir>/<output>) -> <workdir>/summary.json -> report(summary), printed
 
-Self-training (ReST-EM, RAFT: `runners.self_training`) runs `fit` once per iteration, for
+Self-training (ReST-EM, RAFT: `stages.self_training`) runs `fit` once per iteration, for
 its M-step.
 
     before, after = fit(learner, batch_of_step, evaluate, workdir=..., num_steps=100,
@@ -115,7 +115,7 @@ def run_validated_stage(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Runs (or resumes) `stage` on a config its `validate` passed (`train_stage` validates,
-    `jaxrl_llm.runners.load_config` does for the command line); returns its summary (also
+    `jaxrl_llm.stages.load_config` does for the command line); returns its summary (also
     `<workdir>/summary.json`).
 
     The summary holds the stage, the updates done ("steps"), the stage's own fields

@@ -10,7 +10,7 @@ from flax import nnx
 
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.models import from_pretrained
-from jaxrl_llm.runners import load_config, run_stage, validate_stage
+from jaxrl_llm.stages import load_config, run_stage, validate_stage
 from tests.run_helpers import ROOT
 
 SFT_TINY = os.path.join(ROOT, "experiments", "configs", "sft_tiny.py")

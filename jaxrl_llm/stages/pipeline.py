@@ -24,8 +24,8 @@ import os
 
 import ml_collections
 
-from jaxrl_llm.runners.stages import run_stage, validate_stage
-from jaxrl_llm.runners.supervised import write_config
+from jaxrl_llm.stages.registry import run_stage, validate_stage
+from jaxrl_llm.stages.supervised import write_config
 
 PIPELINE_STAGES = ("sft", "reward_model", "rl")
 
@@ -67,7 +67,7 @@ def _use_policy(stage_config, model_dir: str) -> None:
 
 def run_pipeline(config, workdir: str, *, progress: bool = True) -> dict:
     """Runs the pipeline's stages in order (see the module docstring) from a config
-    `validate_pipeline_config` passed (`jaxrl_llm.runners.load_config` validates); returns their
+    `validate_pipeline_config` passed (`jaxrl_llm.stages.load_config` validates); returns their
     summaries."""
     write_config(config, workdir)
     summaries = {}

@@ -36,16 +36,16 @@ from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy
-from jaxrl_llm.runners.stage_data import labelled_items, step_indices
-from jaxrl_llm.runners.stage_parts import (
+from jaxrl_llm.stages.data import labelled_items, step_indices
+from jaxrl_llm.stages.parts import (
     check_sampled_labels_section,
     percent_change,
     sampled_labels_fields,
     scalar_head_learner,
     stage_config,
 )
-from jaxrl_llm.runners.stage_sampling import sample_groups
-from jaxrl_llm.runners.supervised import SupervisedStage, save_scalar_head, train_stage
+from jaxrl_llm.stages.sampling import sample_groups
+from jaxrl_llm.stages.supervised import SupervisedStage, save_scalar_head, train_stage
 
 # The positive integers of a section that makes pairs and trains on them (`rm`, `preference`).
 PAIR_SECTION_FIELDS = (
@@ -102,7 +102,7 @@ def make_pairs(
     docstring); writes them to `path`, says so, and returns counts. `config.<section>` has the sampling
     fields (num_prompts, group_size, pairs_per_prompt, temperature, max_new_tokens): the
     reward-model stage's `rm`, the offline preference stage's `preference`. `journal` keeps the
-    decode calls for a rerun of a killed pass (`stage_sampling.task_sampler`)."""
+    decode calls for a rerun of a killed pass (`sampling.task_sampler`)."""
     r, task = config[section], config.task
     start = time.time()
     source = task_pool(task, side="train", seed=config.seed)

@@ -1,6 +1,7 @@
-"""The stages a config may name (`config.stage`): RL (the default), "sft", "reward_model",
-"process_reward_model", "pipeline" (SFT -> reward model -> RL, `runners.pipeline_stages`),
-"self_training" (ReST-EM, RAFT) and "preference" (offline DPO, KTO, SimPO, ORPO).
+"""The stages a config may name (`config.stage`): RL (the default; the online loop of
+`jaxrl_llm.runners.online`), "sft", "reward_model", "process_reward_model", "pipeline" (SFT ->
+reward model -> RL, `stages.pipeline`), "self_training" (ReST-EM, RAFT) and "preference"
+(offline DPO, KTO, SimPO, ORPO).
 
 InstructGPT's three-stage pipeline (2203.02155): supervised fine-tuning, a reward model from
 comparisons, RL against it. Each stage is a `(validate, run)` pair, imported on first use.
@@ -29,20 +30,20 @@ __all__ = ["STAGES", "load_config", "run_stage", "stage_of", "validate_stage"]
 # `jaxrl_llm.config.validate_config` and runs with `online.run_online` (`train` less the check).
 STAGES = {
     "rl": ("jaxrl_llm.runners.online", None, "run_online"),
-    "sft": ("jaxrl_llm.runners.sft", "validate_sft_config", "SFT"),
-    "reward_model": ("jaxrl_llm.runners.reward_model", "validate_rm_config", "REWARD_MODEL"),
+    "sft": ("jaxrl_llm.stages.sft", "validate_sft_config", "SFT"),
+    "reward_model": ("jaxrl_llm.stages.reward_model", "validate_rm_config", "REWARD_MODEL"),
     "process_reward_model": (
-        "jaxrl_llm.runners.process_reward_model",
+        "jaxrl_llm.stages.process_reward_model",
         "validate_prm_config",
         "PROCESS_REWARD_MODEL",
     ),
-    "pipeline": ("jaxrl_llm.runners.pipeline_stages", "validate_pipeline_config", "run_pipeline"),
+    "pipeline": ("jaxrl_llm.stages.pipeline", "validate_pipeline_config", "run_pipeline"),
     "self_training": (
-        "jaxrl_llm.runners.self_training",
+        "jaxrl_llm.stages.self_training",
         "validate_self_training_config",
         "run_self_training",
     ),
-    "preference": ("jaxrl_llm.runners.preference", "validate_preference_config", "PREFERENCE"),
+    "preference": ("jaxrl_llm.stages.preference", "validate_preference_config", "PREFERENCE"),
 }
 
 
@@ -78,7 +79,7 @@ def run_stage(config, workdir: str, *, progress: bool = True, reward_fns=None):
     """Runs the stage of a validated config (`load_config`, `validate_stage`) without checking
     it again; its summary. `reward_fns` (Python reward functions, `components.build_rewards`)
     serve the RL stage; another stage refuses them, naming `config.stage`."""
-    from jaxrl_llm.runners.supervised import SupervisedStage, run_validated_stage
+    from jaxrl_llm.stages.supervised import SupervisedStage, run_validated_stage
 
     stage = stage_of(config)
     module, _, run = STAGES[stage]

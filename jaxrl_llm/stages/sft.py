@@ -38,8 +38,8 @@ from jaxrl_llm.data.tfds_source import TfdsSource
 from jaxrl_llm.evals import EvalSet
 from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.runners.components import load_policy, with_lora
-from jaxrl_llm.runners.stage_data import RecordBatches, record_options
-from jaxrl_llm.runners.stage_parts import (
+from jaxrl_llm.stages.data import RecordBatches, record_options
+from jaxrl_llm.stages.parts import (
     check_fit_fields,
     check_positive_ints,
     greedy_evaluation,
@@ -48,7 +48,7 @@ from jaxrl_llm.runners.stage_parts import (
     stage_learner,
     task_accuracy_change,
 )
-from jaxrl_llm.runners.supervised import SupervisedStage, save_policy, train_stage
+from jaxrl_llm.stages.supervised import SupervisedStage, save_policy, train_stage
 from jaxrl_llm.training.sft import make_sft_batch, sft_loss, token_accuracy, tokenize_records
 
 

@@ -5,7 +5,7 @@
 
 Pairs are the pair JSONL of the reward-model stage (`jaxrl_llm.data.pairs`: prompt, chosen,
 rejected); `preference.pairs = ""` makes them the same way, from the policy's own samples scored
-by the task's verifier (`runners.reward_model.make_pairs`). Losses (`preference.loss_type`):
+by the task's verifier (`stages.reward_model.make_pairs`). Losses (`preference.loss_type`):
 DPO "sigmoid" (with `label_smoothing`: cDPO), "ipo", "hinge", "kto" (each pair's chosen
 completion desirable, its rejected one undesirable), and the reference-free "simpo" and "orpo"
 (`jaxrl_llm.training.preference`). The reference is the initial policy: its summed completion
@@ -35,9 +35,8 @@ from jaxrl_llm.data.pairs import Pair, read_pairs_jsonl
 from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy, with_lora
-from jaxrl_llm.runners.reward_model import PAIR_SECTION_FIELDS, make_pairs, pair_fields
-from jaxrl_llm.runners.stage_data import labelled_items, step_indices
-from jaxrl_llm.runners.stage_parts import (
+from jaxrl_llm.stages.data import labelled_items, step_indices
+from jaxrl_llm.stages.parts import (
     check_sampled_labels_section,
     greedy_evaluation,
     percent_change,
@@ -46,7 +45,8 @@ from jaxrl_llm.runners.stage_parts import (
     stage_learner,
     task_accuracy_change,
 )
-from jaxrl_llm.runners.supervised import SupervisedStage, save_policy, train_stage
+from jaxrl_llm.stages.reward_model import PAIR_SECTION_FIELDS, make_pairs, pair_fields
+from jaxrl_llm.stages.supervised import SupervisedStage, save_policy, train_stage
 from jaxrl_llm.training.preference import (
     PairRows,
     PreferenceLossConfig,

@@ -14,10 +14,11 @@ from jaxrl_llm.models.gguf_loader import read_gguf, tokenizer_from_gguf
 from jaxrl_llm.models.heads import ScalarHeadModel, load_scalar_model, save_scalar_model
 from jaxrl_llm.rewards.process import ProcessReward, step_token_ends
 from jaxrl_llm.rewards.refinement import refine_rewards
-from jaxrl_llm.runners import load_config, run_stage, train
+from jaxrl_llm.runners import train
 from jaxrl_llm.runners.components import load_policy
-from jaxrl_llm.runners.process_reward_model import read_step_labels
-from jaxrl_llm.runners.stage_data import split_by_group
+from jaxrl_llm.stages import load_config, run_stage
+from jaxrl_llm.stages.data import split_by_group
+from jaxrl_llm.stages.process_reward_model import read_step_labels
 from tests.run_helpers import ROOT
 
 PRM_TINY = os.path.join(ROOT, "experiments", "configs", "prm_tiny.py")

@@ -43,15 +43,15 @@ from jaxrl_llm.data.presets import resolve_task, task_pool
 from jaxrl_llm.data.sft import SftRecord, read_sft_jsonl
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.runners.components import load_policy, with_lora
-from jaxrl_llm.runners.stage_data import RecordBatches
-from jaxrl_llm.runners.stage_parts import (
+from jaxrl_llm.stages.data import RecordBatches
+from jaxrl_llm.stages.parts import (
     check_positive_ints,
     greedy_evaluation,
     stage_config,
     stage_learner,
 )
-from jaxrl_llm.runners.stage_sampling import sample_groups
-from jaxrl_llm.runners.supervised import fit, save_policy, write_config, write_summary
+from jaxrl_llm.stages.sampling import sample_groups
+from jaxrl_llm.stages.supervised import fit, save_policy, write_config, write_summary
 from jaxrl_llm.training.sft import sft_loss
 
 METHODS = ("rest_em", "raft")

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxrl_llm.roles import Learner, place_batch
-from jaxrl_llm.runners.sample_journal import journal_path
+from jaxrl_llm.stages.sample_journal import journal_path
 from jaxrl_llm.training.sft import make_sft_batch, tokenize_records
 
 __all__ = [

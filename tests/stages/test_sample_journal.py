@@ -1,5 +1,5 @@
 """The labelling stages' decode calls kept on disk: a killed pass resumes where it stopped and
-labels what an uninterrupted one would (`jaxrl_llm.runners.sample_journal`)."""
+labels what an uninterrupted one would (`jaxrl_llm.stages.sample_journal`)."""
 
 import json
 import os
@@ -7,11 +7,11 @@ import os
 import pytest
 
 from jaxrl_llm.rollout import chat
-from jaxrl_llm.runners import load_config
 from jaxrl_llm.runners.components import load_policy
-from jaxrl_llm.runners.process_reward_model import make_step_labels
-from jaxrl_llm.runners.sample_journal import SampleJournal, journal_path
-from jaxrl_llm.runners.stage_data import labelled_items
+from jaxrl_llm.stages import load_config
+from jaxrl_llm.stages.data import labelled_items
+from jaxrl_llm.stages.process_reward_model import make_step_labels
+from jaxrl_llm.stages.sample_journal import SampleJournal, journal_path
 from tests.run_helpers import ROOT
 
 SETTINGS = {"model": {"name": "m"}, "temperature": 1.0, "max_new_tokens": 8}
