@@ -123,24 +123,26 @@ def test_a_new_collected_field_is_files_alone(user_folder):
     EpisodePlayer.check(algorithm)
 
 
+def _tiny_run(folder, config, imports=()) -> tuple[dict, dict]:
+    """`jaxrl_llm.train` of `config` (a config or a file) for one step in `folder`/run, with
+    `imports` as --import; its summary and its step's metrics row."""
+    workdir = str(folder / "run")
+    summary = jaxrl_llm.train(config, workdir, overrides=TINY_RUN, imports=imports, progress=False)
+    [row] = [r for r in read_metrics(workdir) if "train/rows" in r]
+    assert summary["steps"] == 1 and row["train/rows"] == 8 and np.isfinite(row["train/loss"])
+    return summary, row
+
+
 def test_the_algorithm_recipe_trains_a_tiny_run(user_folder):
     """Recipe (a) end to end: the served field reaches make_batch in a real run."""
     _write(user_folder, "algorithm")
-    workdir = str(user_folder / "run")
-    summary = jaxrl_llm.train(
-        str(user_folder / "concise_pg_tiny.py"),
-        workdir,
-        overrides=TINY_RUN,
-        imports=[str(user_folder / "concise_pg.py")],
-        progress=False,
-    )
-    assert summary["algorithm"] == "concise_pg" and summary["steps"] == 1
-    [row] = [r for r in read_metrics(workdir) if "train/rows" in r]
-    assert row["train/rows"] == 8 and np.isfinite(row["train/loss"])
+    module = str(user_folder / "concise_pg.py")
+    summary, row = _tiny_run(user_folder, str(user_folder / "concise_pg_tiny.py"), [module])
+    assert summary["algorithm"] == "concise_pg"
     # the share of rows over their budget, computed from the served answer_tokens field
     assert 0.0 <= row["algo/over_budget"] <= 1.0
-    with open(os.path.join(workdir, "imports.json")) as f:
-        assert json.load(f) == [str(user_folder / "concise_pg.py")]
+    with open(user_folder / "run" / "imports.json") as f:
+        assert json.load(f) == [module]
 
 
 def test_an_environment_is_files_alone(user_folder):
@@ -157,17 +159,9 @@ def test_an_environment_is_files_alone(user_folder):
 
 def test_the_environment_recipe_trains_a_tiny_run(user_folder):
     _write(user_folder, "environment")
-    workdir = str(user_folder / "run")
-    summary = jaxrl_llm.train(
-        str(user_folder / "echo_tiny.py"),
-        workdir,
-        overrides=TINY_RUN,
-        imports=[str(user_folder / "echo_task.py")],
-        progress=False,
-    )
-    assert summary["steps"] == 1
-    [row] = [r for r in read_metrics(workdir) if "train/rows" in r]
-    assert row["train/rows"] == 8 and row["episode/turns"] == 1.0
+    module = str(user_folder / "echo_task.py")
+    _, row = _tiny_run(user_folder, str(user_folder / "echo_tiny.py"), [module])
+    assert row["episode/turns"] == 1.0
 
 
 def test_episodes_serve_a_registered_field_too(user_folder):
@@ -177,11 +171,10 @@ def test_episodes_serve_a_registered_field_too(user_folder):
     _write(user_folder, "environment")
     import_all([str(user_folder / "concise_pg.py"), str(user_folder / "echo_task.py")])
     config = sys.modules["echo_task"].echo_config(make_tiny(config_for("concise_pg")))
-    workdir = str(user_folder / "run")
-    episodes = {"env.max_turn_tokens": 8, "env.max_episode_tokens": 64}
-    summary = jaxrl_llm.train(config, workdir, overrides={**TINY_RUN, **episodes}, progress=False)
+    with config.unlocked():
+        config.env.max_turn_tokens, config.env.max_episode_tokens = 8, 64
+    summary, row = _tiny_run(user_folder, config)
     assert summary["algorithm"] == "concise_pg"
-    [row] = [r for r in read_metrics(workdir) if "train/rows" in r]
     assert row["episode/turns"] == 1.0 and row["algo/over_budget"] == 1.0
 
 
