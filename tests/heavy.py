@@ -20,7 +20,8 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # journal's replay on a stand-in decode (test_sample_journal.py), a user's data's sets and
     # batches (test_user_data_run.py::test_eval_sets_batches_and_reward_columns_come...), a user's
     # reward module, --import and jaxrl_llm.train (tests/rewards/test_user_rewards.py,
-    # tests/workflow/test_user_imports.py) and
+    # tests/workflow/test_user_imports.py), docs/extending.md's recipes imported from their
+    # files with their own tests (test_extending_recipes.py's other tests) and
     # each runner's and algorithm's unit tests on hand-made arrays.
     "whole runs": (
         "tests/algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration",
@@ -64,6 +65,9 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/workflow/test_your_own_experiment.py::test_evaluate_a_users_run_and_its_held_out",
         "tests/workflow/test_readme_example.py::test_readme_own_experiment_runs",
         "tests/workflow/test_notebooks.py::test_05_your_own_task",
+        "tests/workflow/test_extending_recipes.py::test_the_algorithm_recipe_trains_a_tiny_run",
+        "tests/workflow/test_extending_recipes.py::test_the_environment_recipe_trains_a_tiny",
+        "tests/workflow/test_extending_recipes.py::test_episodes_serve_a_registered_field_too",
     ),
     # Faults injected into whole runs: the default run keeps the corrupt checkpoint and the
     # empty step directory on GRPO (test_faults.py::...[grpo]), the reward functions that raise
@@ -79,6 +83,7 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # cache-free decode, packed / unpacked rows, kernel / reference, sharded / unsharded,
     # compacted / plain engine): the default run keeps each form's own tests in the same files.
     "equivalences": (
+        "tests/workflow/test_extending_recipes.py::test_the_model_family_test_runs_as_printed",
         "tests/algorithms/test_grpo.py::test_gradient_on_policy_equals_reinforce_gradient",
         "tests/algorithms/test_grpo.py::test_packed_batch_gives_the_unpacked_loss_and_gradient",
         "tests/algorithms/test_stabilisers.py::test_adaptive_entropy_weight_equals_the_constant",

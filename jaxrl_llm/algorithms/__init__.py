@@ -6,10 +6,11 @@ Built in: `grpo` (also RLOO and Dr. GRPO), `ppo` (learned critic, GAE, KL in the
 `reinforce_pp` (REINFORCE++), `remax` (greedy baseline), and the preference algorithms
 `online_dpo` (best / worst of each group, DPO and its family) and `rrhf` (ranking plus
 fine-tuning on the best). A new algorithm is one module that calls `registry.register`; see
-`jaxrl_llm.algorithms.registry`.
+`jaxrl_llm.algorithms.registry`. One that needs a new per-sample field collected registers its
+server with `register_collected` (`jaxrl_llm.algorithms.collected`).
 """
 
-from jaxrl_llm.algorithms import registry
+from jaxrl_llm.algorithms import collected, registry
 from jaxrl_llm.algorithms.base import (
     ROLE_NAMES,
     Algorithm,
@@ -27,6 +28,7 @@ from jaxrl_llm.algorithms.batch import (
     pack_batch,
     split_minibatches,
 )
+from jaxrl_llm.algorithms.collected import CollectContext, CollectedField, register_collected
 from jaxrl_llm.algorithms.grpo import GRPOBatch, GRPOLossConfig, group_advantages, grpo_loss
 from jaxrl_llm.algorithms.policy_loss import PolicyLossConfig, policy_loss
 from jaxrl_llm.algorithms.registry import AlgorithmSpec, get, make, names, register
@@ -35,6 +37,8 @@ __all__ = [
     "ROLE_NAMES",
     "Algorithm",
     "AlgorithmSpec",
+    "CollectContext",
+    "CollectedField",
     "Experience",
     "GoldReferences",
     "GreedyBaseline",
@@ -46,6 +50,7 @@ __all__ = [
     "build_batch",
     "check_grad_accumulation",
     "check_algorithm",
+    "collected",
     "get",
     "group_advantages",
     "grpo_loss",
@@ -55,6 +60,7 @@ __all__ = [
     "pack_batch",
     "policy_loss",
     "register",
+    "register_collected",
     "registry",
     "split_minibatches",
 ]

@@ -13,14 +13,17 @@ experience, "critic" adds the value model's predictions and trains it with `crit
 `collects` asks the run's collector for more collected data, each request a small value that
 names what it fills: `GreedyBaseline()` a greedy completion of every prompt and its reward
 (ReMax's baseline), `GoldReferences(template)` each prompt's gold answer as one more scored
-completion (RRHF). `step_rewards` asks for the process reward model's steps and the token each
-ends on (dense process rewards).
+completion (RRHF); a request of any other type is served by the function registered for it
+(`jaxrl_llm.algorithms.collected.register_collected`) into `Experience.collected[name]`, so a
+new per-sample field needs no runner edit. `step_rewards` asks for the process reward model's
+steps and the token each ends on (dense process rewards).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -76,6 +79,9 @@ class Experience(NamedTuple):
         `rewards`; 0 at padding), when the algorithm sets `step_rewards` (dense process rewards).
       step_columns: int32 [B, S] the column of the token on which each of those steps ends
         (-1 at padding).
+      collected: the values of the algorithm's registered requests, by field name
+        (`jaxrl_llm.algorithms.collected.register_collected`): each an array [B, ...] whose row
+        b belongs to row b of the rollout; empty when it asks for none.
     """
 
     rollout: Any
@@ -91,6 +97,7 @@ class Experience(NamedTuple):
     turn_index: np.ndarray | None = None
     step_rewards: np.ndarray | None = None
     step_columns: np.ndarray | None = None
+    collected: Mapping[str, np.ndarray] = types.MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +117,11 @@ class GoldReferences:
     """
 
     template: str
+
+
+# The requests the single-turn sampler serves itself, into their own `Experience` fields; any
+# other request type needs a registered server (`jaxrl_llm.algorithms.collected`).
+BUILT_IN_REQUESTS = (GreedyBaseline, GoldReferences)
 
 
 def roles_for(kl_beta: float, *extra: str) -> tuple[str, ...]:
@@ -142,8 +154,8 @@ class Algorithm(NamedTuple):
       critic_loss: `(value model, PolicyBatch) -> (loss, metrics)` when "critic" is a role.
       actor_frozen_steps: the first RL steps update only the critic (critic warm-up).
       collects: what the run's collector must collect beside the samples, as requests
-        (`GreedyBaseline()`, `GoldReferences(template)`); a collector that cannot serve one
-        refuses the algorithm.
+        (`GreedyBaseline()`, `GoldReferences(template)`, or one of a type registered with
+        `register_collected`); a collector that cannot serve one refuses the algorithm.
       step_rewards: the runner hands the process reward model's steps over as
         `Experience.step_rewards` / `step_columns` (dense process rewards, PPO with
         `config.rewards.process_placement = "dense"`).
@@ -162,7 +174,7 @@ class Algorithm(NamedTuple):
     update: Callable[[Any, dict[str, float]], Any] = _keep_state
     critic_loss: LossFn | None = None
     actor_frozen_steps: int = 0
-    collects: tuple[GreedyBaseline | GoldReferences, ...] = ()
+    collects: tuple[Any, ...] = ()
     step_rewards: bool = False
     critic_pretrain_steps: int = 0
     critic_pretrain_batch: Callable[[Experience, Any], tuple[PolicyBatch, dict]] | None = None

@@ -5,8 +5,10 @@ collector decides what a step's samples are (`SingleTurnSampler`: G completions 
 `EpisodePlayer`: G multi-turn episodes per prompt), how the policy is evaluated on held-out
 prompts, and what it adds to the experience and the step's metrics. The schedule
 (`jaxrl_llm.runners.online_sync`, `online_async`) decides when it collects and with which
-weights. An algorithm asks for more collected data (a greedy baseline, gold references) through
-`Algorithm.collects`; a collector serves those requests or refuses the algorithm.
+weights. An algorithm asks for more collected data (a greedy baseline, gold references, or a
+field with a registered server, `jaxrl_llm.algorithms.collected`) through `Algorithm.collects`;
+a collector serves those requests or refuses the algorithm (`Collector.check`, before the model
+loads).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import ml_collections
 import numpy as np
 
 from jaxrl_llm.algorithms.base import References
+from jaxrl_llm.algorithms.collected import check_served
 from jaxrl_llm.runners.hooks import RunContext
 
 __all__ = ["Collector", "Generated", "rollout_seed", "round_seed"]
@@ -54,6 +57,8 @@ class Generated(NamedTuple):
         `rollout` is `rollout`; None for single-turn rollouts.
       scalars: metrics of how the step's samples were collected (the stabilisers': sampling
         rounds, kept groups, overlong shaping), logged with the step; None for none.
+      collected: the registered requests' values by field name, each [B, ...] (one row per
+        sample; `Experience.collected`); None for none.
     """
 
     examples: list
@@ -67,6 +72,7 @@ class Generated(NamedTuple):
     references: References | None = None
     episodes: Any = None
     scalars: dict[str, float] | None = None
+    collected: dict[str, np.ndarray] | None = None
 
 
 class Collector:
@@ -76,10 +82,25 @@ class Collector:
       eval_sets: the held-out `EvalSet`s `evaluate` scores, the run's task first.
       eval_correct: per-question correctness of the last evaluation ({} when not kept).
       eval_details: its per-question answers (`Evaluator.details`; optional).
+      description: the collector in a refusal ("the single-turn sampler").
+      served_requests: the request types it serves itself (registered ones come on top).
+      unserved_fix: what to do about a built-in request it does not serve.
     """
 
     eval_sets: list
     eval_correct: dict[str, Any]
+    description = "this collector"
+    served_requests: tuple[type, ...] = ()
+    unserved_fix = ""
+
+    @classmethod
+    def check(cls, algorithm) -> None:
+        """Refuses, in one line naming the request, an algorithm that asks for something this
+        collector cannot serve (`jaxrl_llm.algorithms.collected.check_served`); called before
+        the run loads its model."""
+        check_served(
+            algorithm, cls.served_requests, collector=cls.description, fix=cls.unserved_fix
+        )
 
     def start(self, run: RunContext) -> None:
         """Called once the run is restored, before the schedule starts (e.g. a warm-up)."""

@@ -7,7 +7,9 @@ the `Rollout` layout (loss on model tokens only), with each turn's reward as exp
 Held-out evaluation plays greedy episodes on the task's test examples. With
 `config.env.warmup_steps`, the policy is first fine-tuned on scripted demonstrations of the task
 (SFT), for models that never write a well-formed tool call on their own. Any schedule drives it
-(synchronous, or asynchronous with bounded staleness).
+(synchronous, or asynchronous with bounded staleness). It serves the algorithm's requests that
+have a registered server (`jaxrl_llm.algorithms.collected`), not the built-in greedy baseline or
+gold references.
 
     config = load_config("experiments/configs/tool_calculator_smollm2.py")
     train(config, "runs/tool")          # jaxrl_llm.runners.online picks EpisodePlayer
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from jaxrl_llm.algorithms.base import Algorithm
+from jaxrl_llm.algorithms.collected import CollectContext, serve_collected
 from jaxrl_llm.envs.chat import EpisodeRenderer
 from jaxrl_llm.envs.config import episode_limits
 from jaxrl_llm.envs.episodes import EpisodeBatch, run_episodes
@@ -76,19 +79,17 @@ class EpisodePlayer(Collector):
 
     Args:
       config: the run config (`config.env` names the task).
-      algorithm: the run's `Algorithm`; episodes serve no collection requests.
+      algorithm: the run's `Algorithm`; its registered requests are served each round.
       parts: the run's model, tokenizer, prompt batcher and rewards.
       roles: the run's roles (the rollout plays, the actor warms up).
     """
 
+    description = "the episode player (multi-turn episodes)"
+    unserved_fix = "use grpo, ppo, reinforce_pp or online_dpo with config.env"
+
     def __init__(self, config, algorithm: Algorithm, parts: RunParts, roles: Roles):
-        if algorithm.collects:
-            raise ValueError(
-                f"config.algorithm={algorithm.name!r} asks for {list(algorithm.collects)} "
-                "beside the samples, which multi-turn episodes do not make: use grpo, ppo, "
-                "reinforce_pp or online_dpo with config.env."
-            )
-        self.config, self.parts, self.roles = config, parts, roles
+        self.check(algorithm)
+        self.config, self.algorithm, self.parts, self.roles = config, algorithm, parts, roles
         self.task = episode_task(config)
         if self.task.sandbox is not None:
             sandbox = self.task.sandbox
@@ -214,10 +215,22 @@ class EpisodePlayer(Collector):
             decode_steps=m["work/decode_steps"],
         )
         completions = [_transcript_text(t) for t in batch.transcripts]
+        context = CollectContext(
+            config=c,
+            examples=examples,
+            group_size=group,
+            rollout=batch.rollout,
+            completions=completions,
+            rewards=batch.returns,
+            tokenizer=self.parts.tokenizer,
+            episodes=batch,
+        )
+        collected = serve_collected(self.algorithm.collects, context)
         seconds = {"rollout": time.time() - t0, "reward": 0.0}
         return Generated(
-            examples, batch.rollout, completions, reward_out, None, work, seconds, episodes=batch
-        )
+            examples, batch.rollout, completions, reward_out, None, work, seconds,
+            episodes=batch, collected=collected,
+        )  # fmt: skip
 
     def experience_fields(self, generated: Generated) -> dict[str, Any]:
         """Each turn's reward and the turn of each model token (turn-level credit)."""

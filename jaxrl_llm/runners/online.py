@@ -43,14 +43,18 @@ from jaxrl_llm.runners.online_sync import Schedule, SyncSchedule
 from jaxrl_llm.runners.pipeline import PipelineError
 from jaxrl_llm.runners.sampler import SingleTurnSampler
 
-__all__ = ["build_run", "make_collector", "make_schedule", "run_online", "train"]
+__all__ = ["build_run", "collector_type", "make_collector", "make_schedule", "run_online", "train"]
+
+
+def collector_type(config) -> type[Collector]:
+    """The run's kind of collector: `EpisodePlayer` with `config.env.name`, else
+    `SingleTurnSampler`."""
+    return EpisodePlayer if config.env.name else SingleTurnSampler
 
 
 def make_collector(config, algorithm: Algorithm, parts: RunParts, roles: Roles) -> Collector:
     """The run's collector: episodes with `config.env.name`, else single-turn samples."""
-    if config.env.name:
-        return EpisodePlayer(config, algorithm, parts, roles)
-    return SingleTurnSampler(config, algorithm, parts, roles)
+    return collector_type(config)(config, algorithm, parts, roles)
 
 
 def make_schedule(config) -> Schedule:
@@ -86,6 +90,7 @@ def _serve_generation(
     """Process 1 of a two-process asynchronous run: builds the run on its own devices and
     generates every batch for the learner (process 0)."""
     algorithm = algorithms.check_algorithm(algorithm or algorithms.make(config))
+    collector_type(config).check(algorithm)  # what it asks collected, before the model loads
     parts = build_parts(config, reward_fns)
     roles = build_roles(config, algorithm, parts, jax.local_devices())
     run = build_run(config, workdir, algorithm, parts, roles)
@@ -156,6 +161,7 @@ def run_online(
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
     algorithm = algorithms.check_algorithm(algorithm or algorithms.make(config))
+    collector_type(config).check(algorithm)  # what it asks collected, before the model loads
     parts = build_parts(config, reward_fns)
     roles = build_roles(config, algorithm, parts, devices)
     run = build_run(config, workdir, algorithm, parts, roles)

@@ -177,7 +177,8 @@ class OnlineRun:
 
     def experience(self, generated: Generated) -> Experience:
         """`generated` plus what the algorithm's train-side roles add (reference log-probs,
-        critic values), computed with their current weights, and the collector's fields."""
+        critic values), computed with their current weights, and the collector's fields
+        (registered ones under `collected`)."""
         roles, rollout = self.roles, generated.rollout
         group = self.config.rollout.group_size
         step_rewards = step_columns = None
@@ -197,6 +198,7 @@ class OnlineRun:
             sources=tuple(e.source for e in generated.examples for _ in range(group)),
             step_rewards=step_rewards,
             step_columns=step_columns,
+            collected=dict(generated.collected or {}),
             **self.collector.experience_fields(generated),
         )
 

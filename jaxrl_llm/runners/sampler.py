@@ -5,19 +5,22 @@ draws the next prompts, samples G completions of each with the rollout's weights
 weights between decode chunks when the schedule offers them), scores them, and serves the
 algorithm's collection requests (`Algorithm.collects`): a greedy completion of every prompt,
 scored (`GreedyBaseline`, ReMax), or each prompt's gold answer rendered as one more completion
-(`GoldReferences`, RRHF). Held-out evaluation decodes the task's (and `config.eval.tasks`')
-held-out prompts (`jaxrl_llm.evals`).
+(`GoldReferences`, RRHF), and any request with a registered server
+(`jaxrl_llm.algorithms.collected`), each from one `CollectContext` of the round. Held-out
+evaluation decodes the task's (and `config.eval.tasks`') held-out prompts (`jaxrl_llm.evals`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
 
 from jaxrl_llm.algorithms.base import Algorithm, GoldReferences, GreedyBaseline, References
+from jaxrl_llm.algorithms.collected import CollectContext, serve_collected
 from jaxrl_llm.evals import Evaluator
 from jaxrl_llm.rollout.chat import completion_texts, prompt_ids, response_rows
 from jaxrl_llm.rollout.inflight import WeightsSource
@@ -25,23 +28,36 @@ from jaxrl_llm.runners.collectors import Collector, Generated, round_seed
 from jaxrl_llm.runners.components import Roles, RunParts, build_eval_sets, build_scorer
 from jaxrl_llm.runners.evaluation import eval_settings
 
-__all__ = ["Prompts", "SingleTurnSampler"]
+__all__ = ["SingleTurnSampler"]
 
 
-class Prompts(NamedTuple):
-    """One round's prompts, as the requests of an algorithm need them.
+def greedy_baseline(request: GreedyBaseline, context: CollectContext) -> dict:
+    """`GreedyBaseline`: each prompt's greedy completion with the round's weights, scored, as
+    the baseline reward of its G rows."""
+    del request
+    baseline = context.greedy(context.prompt_ids)
+    texts = completion_texts(context.tokenizer, baseline)
+    greedy_out = context.score(context.prompt_texts, texts, context.examples)
+    return {"baseline_rewards": context.per_sample(greedy_out.total)}
 
-    Attributes:
-      examples: the `Example`s.
-      texts: their chat-formatted texts.
-      ids: their token ids.
-      width: the rollout's row width T (prompt bucket + max_new_tokens).
-    """
 
-    examples: list
-    texts: list[str]
-    ids: list[list[int]]
-    width: int
+def gold_references(request: GoldReferences, context: CollectContext) -> dict:
+    """`GoldReferences`: each prompt's gold answer rendered by the request's template, laid out
+    like the rollout and scored by the reward role."""
+    responses = [request.template.format(answer=e.answer) for e in context.examples]
+    tokens, mask = response_rows(
+        context.tokenizer,
+        context.prompt_ids,
+        responses,
+        width=context.rollout.tokens.shape[1],
+        max_new_tokens=context.config.rollout.max_new_tokens,
+    )
+    rewards = context.score(context.prompt_texts, responses, context.examples).total
+    return {"references": References(tokens, mask, np.asarray(rewards, np.float32))}
+
+
+# The built-in requests' servers, each returning `Generated` fields.
+BUILT_IN_SERVERS = {GreedyBaseline: greedy_baseline, GoldReferences: gold_references}
 
 
 class SingleTurnSampler(Collector):
@@ -54,15 +70,12 @@ class SingleTurnSampler(Collector):
       roles: the run's roles (the rollout samples, the reward scores).
     """
 
+    description = "the single-turn sampler"
+    served_requests = tuple(BUILT_IN_SERVERS)
+
     def __init__(self, config, algorithm: Algorithm, parts: RunParts, roles: Roles):
+        self.check(algorithm)
         self.config, self.algorithm, self.parts, self.roles = config, algorithm, parts, roles
-        self.servers = {GreedyBaseline: self.greedy_baseline, GoldReferences: self.gold_references}
-        unserved = [r for r in algorithm.collects if type(r) not in self.servers]
-        if unserved:
-            raise ValueError(
-                f"algorithm {algorithm.name!r} asks for {unserved}, which the single-turn "
-                f"sampler does not collect (it serves {[t.__name__ for t in self.servers]})."
-            )
         self.eval_sets = build_eval_sets(config)
         self.eval_correct: dict[str, Any] = {}  # per-question correctness of the last evaluation
         self.eval_details: dict[str, Any] = {}  # and its answers (`Evaluator.details`)
@@ -129,38 +142,29 @@ class SingleTurnSampler(Collector):
         group_examples = [e for e in examples for _ in range(group)]
         reward_out = roles.reward(group_texts, completions, group_examples)
         t_requests = time.time()
-        prompts = Prompts(examples, texts, ids, width=rollout.tokens.shape[1])
+        context = CollectContext(
+            config=c,
+            examples=examples,
+            group_size=group,
+            rollout=rollout,
+            completions=completions,
+            rewards=np.asarray(reward_out.total, np.float32),
+            tokenizer=tokenizer,
+            prompt_texts=texts,
+            prompt_ids=ids,
+            greedy=functools.partial(roles.rollout.greedy, params=params),
+            score=roles.reward,
+        )
         served: dict[str, Any] = {}
         for request in self.algorithm.collects:
-            served.update(self.servers[type(request)](request, prompts, params=params))
+            if type(request) in BUILT_IN_SERVERS:
+                served.update(BUILT_IN_SERVERS[type(request)](request, context))
+        collected = serve_collected(self.algorithm.collects, context)
         seconds = {
             "rollout": t_reward - t0 + time.time() - t_requests,
             "reward": t_requests - t_reward,
         }
         return Generated(
-            examples, rollout, completions, reward_out, None, work, seconds, versions_bt
-        )._replace(**served)
-
-    def greedy_baseline(self, request: GreedyBaseline, prompts: Prompts, *, params) -> dict:
-        """`GreedyBaseline`: each prompt's greedy completion with `params`, scored, as the
-        baseline reward of its G rows."""
-        del request
-        baseline = self.roles.rollout.greedy(prompts.ids, params=params)
-        texts = completion_texts(self.parts.tokenizer, baseline)
-        greedy_out = self.roles.reward(prompts.texts, texts, prompts.examples)
-        return {"baseline_rewards": np.repeat(greedy_out.total, self.config.rollout.group_size)}
-
-    def gold_references(self, request: GoldReferences, prompts: Prompts, *, params) -> dict:
-        """`GoldReferences`: each prompt's gold answer rendered by the request's template,
-        laid out like the rollout and scored by the reward role."""
-        del params
-        responses = [request.template.format(answer=e.answer) for e in prompts.examples]
-        tokens, mask = response_rows(
-            self.parts.tokenizer,
-            prompts.ids,
-            responses,
-            width=prompts.width,
-            max_new_tokens=self.config.rollout.max_new_tokens,
-        )
-        rewards = self.roles.reward(prompts.texts, responses, prompts.examples).total
-        return {"references": References(tokens, mask, np.asarray(rewards, np.float32))}
+            examples, rollout, completions, reward_out, None, work, seconds, versions_bt,
+            collected=collected,
+        )._replace(**served)  # fmt: skip

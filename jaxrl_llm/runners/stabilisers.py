@@ -67,9 +67,9 @@ def take_groups(
     """One `Generated` of the picked (round, group) pairs' rows, in pick order.
 
     Rows of rounds with different widths (prompt buckets) are padded on the right: tokens with
-    `pad_id`, masks with False, log-probs with 0, token versions with -1. Times and reward
-    error counts add up over the rounds; the decode-work counters (`work`) are the first
-    round's.
+    `pad_id`, masks with False, log-probs with 0, token versions with -1, registered collected
+    fields ([B, ...], gathered by row) with 0. Times and reward error counts add up over the
+    rounds; the decode-work counters (`work`) are the first round's.
     """
     rows = {r: [] for r in range(len(rounds))}
     order = []  # (round, position among that round's picked rows) in pick order
@@ -141,6 +141,9 @@ def take_groups(
         else gather(lambda g: g.baseline_rewards, 0),
         versions_bt=None if first.versions_bt is None else gather(lambda g: g.versions_bt, -1),
         references=references,
+        collected=None  # registered fields have one row per sample, like the rollout
+        if first.collected is None
+        else {name: gather(lambda g, n=name: g.collected[n], 0) for name in first.collected},
         seconds={k: sum(g.seconds.get(k, 0.0) for g in rounds) for k in first.seconds},
     )
 

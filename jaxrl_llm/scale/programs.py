@@ -34,6 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxrl_llm.algorithms import registry
 from jaxrl_llm.algorithms.base import Experience
 from jaxrl_llm.algorithms.batch import pack_batch, split_minibatches
+from jaxrl_llm.algorithms.collected import server_of
 from jaxrl_llm.config import lora_config_of
 from jaxrl_llm.models import partitioning
 from jaxrl_llm.models.heads import ScalarHeadModel
@@ -190,6 +191,14 @@ def synthetic_rollout(workload: Workload) -> Rollout:
 def minibatch_of(workload: Workload, algorithm) -> Any:
     """The first minibatch the runner would train on (host arrays), built by the algorithm's
     own `make_batch`, packed and split as `OnlineRun.process` / `update` do."""
+    for request in algorithm.collects:  # no examples or tokenizer here to serve them from
+        field = server_of(type(request))
+        if field is not None:
+            raise ValueError(
+                f"the planner cannot make algorithm {algorithm.name!r}'s collected field "
+                f"{field.name!r} ({request!r}) from its synthetic batch: plan a built-in "
+                "algorithm of the same shapes (e.g. config.algorithm='grpo') instead."
+            )
     rollout = synthetic_rollout(workload)
     b, t = rollout.tokens.shape
     experience = Experience(

@@ -119,6 +119,7 @@ def fake_generated(offset: int, width: int, rewards) -> Generated:
         work=None,
         seconds={"rollout": 1.0, "reward": 0.5},
         references=refs,
+        collected={"row_ids": np.arange(rows) + 100 * offset},
     )
 
 
@@ -137,6 +138,7 @@ def test_take_groups_gathers_rows_across_rounds_of_different_widths():
     assert picked.reward_out.num_errors == {"task": 1} and picked.seconds["rollout"] == 2.0
     np.testing.assert_array_equal(picked.references.rewards, [0, 0])
     assert picked.references.tokens.shape == (2, 6)
+    np.testing.assert_array_equal(picked.collected["row_ids"], [2, 3, 100, 101])
 
 
 def test_adaptive_entropy_weight_equals_the_constant_one():
