@@ -16,7 +16,7 @@ the rollout's width, their count rounded up to an even number, so a few row coun
 each) and without (one sequence per row at the rollout's full width, 64 + 128 columns). Rows of
 192 hold about two sequences: attention over a packed row costs its width squared whatever its
 segments, and `profile_train_step.py` showed 384-column rows spending a quarter of the step
-there (RESULTS.md, issue 18). A packed step that met a new row count compiles inside its train
+there (RESULTS.md). A packed step that met a new row count compiles inside its train
 time; such steps are left out of the median and counted in the "compiles" column.
 
     python experiments/benchmarks/grpo_step.py              # all three, 3 timed steps each

@@ -33,7 +33,7 @@ starts, ours is built inside our runner (held-out questions and an `Evaluator` o
 a second). The cap is checked after each step, so a side passes it by at most one step. TRL's
 peak memory includes our evaluator's model (about 0.5 GB), which shares its process.
 
-The ratio. Our time to reach a level over TRL's time to reach it (issue 42 asks for <= 1/3), at
+The ratio. Our time to reach a level over TRL's time to reach it (the target is <= 1/3), at
 `--target`, and when TRL did not reach it also at TRL's best held-out accuracy (its final one
 unless it fell after its best). A side that never reached the level gives a bound, its time
 being at least the training seconds it ran (censored at its stop).

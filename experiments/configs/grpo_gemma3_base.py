@@ -1,4 +1,4 @@
-"""GRPO from Gemma 3 270M, the pretrained base model (issue 42, item 4): the main job's config as
+"""GRPO from Gemma 3 270M, the pretrained base model: the main job's config as
 it was before its "stable" recipe (`grpo_smollm2.py:plain`, the library's defaults), with what a
 base model needs changed; the runs of docs/gemma3.md were made with it.
 

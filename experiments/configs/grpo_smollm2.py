@@ -2,7 +2,7 @@
 
 The library's GRPO with the "stable" recipe (`jaxrl_llm.recipes`: the verifiers without the
 known hacks, dynamic sampling, KL 0.04 to the initial policy, a cosine rate, temperature 1, an
-entropy floor), chosen by issue 42's stabiliser sweep (docs/recipe.md). 30 steps of 8 prompts x
+entropy floor), chosen by the stabiliser sweep (docs/recipe.md). 30 steps of 8 prompts x
 4 completions; about 30 minutes on a 2-core CPU, evaluation before and after included.
 
     experiments/configs/grpo_smollm2.py         # the main job: the "stable" recipe

@@ -1,8 +1,8 @@
 """Gao et al.'s setting, small: PPO with dense process rewards on a task whose answers take
 several lines ("On Designing Effective RL Reward at Training Time for LLM Reasoning", 2410.15115;
-issue 46). One file, three stages on the same task (`chain_sum_steps`: four or five one-digit
-terms, asked for one operation a line, `jaxrl_llm.data.presets.STEP_INSTRUCTION`; 96 new tokens,
-room for repeated steps); the argument after ":" picks the stage:
+docs/process_rewards.md). One file, three stages on the same task (`chain_sum_steps`: four or
+five one-digit terms, asked for one operation a line, `jaxrl_llm.data.presets.STEP_INSTRUCTION`;
+96 new tokens, room for repeated steps); the argument after ":" picks the stage:
 
     # 1. SFT on worked solutions ("0 - 4 = -4\\n-4 - 8 = -12\\n...\\nThe answer is -13."): the base
     #    model writes one line and is right 2% of the time on this task (presets.py)
@@ -60,7 +60,7 @@ def get_config(stage: str = "rl"):
             task_fields(config)
             config.model.name = SFT_MODEL
             config.prm.max_new_tokens = MAX_NEW_TOKENS  # the RL stage's rollout length
-            # Issue 46 asks the margin over the constant predictor to be supported by its
+            # The target asks the margin over the constant predictor to be supported by its
             # interval, which resamples held-out prompts. 128 prompts x eval_fraction 0.25 (32
             # held out) and 80 updates (~1.7 epochs) gave +4.8 points [-10.3, +20.6] at the end,
             # and the held-out accuracy fell after the first epoch (+10.1 at update 40, -3.2 at

@@ -1,4 +1,4 @@
-"""A short SFT warm-up for Gemma 3 270M base before GRPO (issue 42, item 4): basic_arithmetic's
+"""A short SFT warm-up for Gemma 3 270M base before GRPO: basic_arithmetic's
 training-side questions with their gold answers rendered as "The answer is N." after the
 "Question: ... Answer:" prompt (jaxrl_llm/stages/sft.py), so that the base model learns to state
 one answer and stop, which GRPO from the base model alone did not teach it (docs/gemma3.md).

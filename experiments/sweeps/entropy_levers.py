@@ -1,4 +1,4 @@
-"""Issue 42's entropy clause: which lever keeps a third of the first sampled entropy.
+"""The entropy target: which lever keeps a third of the first sampled entropy.
 
 The main job's "stable" recipe (jaxrl_llm.recipes) qualified by the issue's choice rule (every
 run on chain_sum and gcd within 3 points of its best; mean gain +34.5) but its chain_sum runs

@@ -1,4 +1,4 @@
-"""Gao et al.'s four-way comparison, small (issue 46, item 3): PPO on chain_sum_steps with the
+"""Gao et al.'s four-way comparison, small: PPO on chain_sum_steps with the
 success reward only; + the raw process reward; + Clip (eta 0.5); + Delta. The three PRM arms
 place the refined step rewards densely (each on its step's last token, the success reward on the
 final token, through the critic's GAE: experiments/configs/ppo_prm_steps_smollm2.py), against

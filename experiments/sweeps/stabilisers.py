@@ -1,4 +1,4 @@
-"""Issue 42's sweep: which stabilisers keep the default recipe learning (docs/recipe.md).
+"""The stabiliser sweep: which stabilisers keep the default recipe learning (docs/recipe.md).
 
 Each setting runs on the two tuning tasks with three seeds, held-out accuracy every 5 steps; the
 baseline (today's default) is the main job and the transfer table's gcd runs
@@ -14,7 +14,7 @@ first sampled entropy (it can no longer be chosen):
       --min_entropy_ratio 0.333 --out docs/reports/stabilisers
 
 The new default is the setting whose worst seed ends within 3 points of its own best
-evaluation and whose mean gain is highest (issue 42, item 3): `--choose_across task.` joins each
+evaluation and whose mean gain is highest: `--choose_across task.` joins each
 setting's two tasks and applies that rule. `--min_entropy_ratio 0.333` adds the issue's
 done-when for the default, a final sampled entropy of at least a third of the first: a setting
 that loses more cannot become a default that meets it. Every setting's first run failed that
