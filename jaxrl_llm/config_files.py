@@ -12,8 +12,9 @@ builds on another one beside it loads it with `sibling_config` instead of copyin
         ...
 
 Nothing here validates values (`unknown_config_flag` only checks that `--config.KEY` flags name
-fields, for the command line's error): `jaxrl_llm.stages.load_config` reads a config with
-`config_from_file` and validates it for its stage.
+fields and `config_file_error` gives a file's own error, for the command line's one line):
+`jaxrl_llm.stages.load_config` reads a config with `config_from_file` and validates it for its
+stage.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from types import ModuleType
 
 import ml_collections
 
-from jaxrl_llm.config import config_keys, unknown_key_message
+from jaxrl_llm.config import config_keys, error_line, unknown_key_message
 
 __all__ = [
+    "config_file_error",
     "config_from_file",
     "load_module",
     "sibling_config",
@@ -87,10 +89,8 @@ def sibling_config(anchor: str, file_name: str, *args) -> ml_collections.ConfigD
     return sibling_module(anchor, file_name).get_config(*args)
 
 
-def unknown_config_flag(argv: Sequence[str]) -> str | None:
-    """The one-line error for the first `--config.KEY` flag of `argv` that names no field of
-    the `--config` file (`jaxrl_llm.config.unknown_key_message`), or None if all exist or the
-    file does not load (its own error is clearer then)."""
+def _config_flags(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """(the `--config` file of `argv` or None, the KEYs of its `--config.KEY` flags)."""
     path, keys = None, []
     for i, arg in enumerate(argv):
         name, _, value = arg.partition("=")
@@ -98,6 +98,30 @@ def unknown_config_flag(argv: Sequence[str]) -> str | None:
             path = value or (argv[i + 1] if i + 1 < len(argv) else None)
         elif name.startswith("--config."):
             keys.append(name.removeprefix("--config."))
+    return path, keys
+
+
+def config_file_error(argv: Sequence[str]) -> str | None:
+    """The one-line message of the ValueError the `--config` file of `argv` raises itself
+    (`get_config("bad")` of a file whose argument after ':' picks a stage or a method), which
+    absl would print with the file's traceback; None when the file loads or fails otherwise."""
+    path, _ = _config_flags(argv)
+    if path is None:
+        return None
+    try:
+        config_from_file(path)
+    except ValueError as e:
+        return error_line(e)
+    except Exception:  # noqa: BLE001 -- any other failure is reported by absl's own message
+        return None
+    return None
+
+
+def unknown_config_flag(argv: Sequence[str]) -> str | None:
+    """The one-line error for the first `--config.KEY` flag of `argv` that names no field of
+    the `--config` file (`jaxrl_llm.config.unknown_key_message`), or None if all exist or the
+    file does not load (its own error is clearer then)."""
+    path, keys = _config_flags(argv)
     if path is None or not keys:
         return None
     try:

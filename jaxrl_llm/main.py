@@ -133,9 +133,9 @@ def _parse_flags(argv):
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as e:
         from jaxrl_llm.config import error_line
-        from jaxrl_llm.config_files import unknown_config_flag
+        from jaxrl_llm.config_files import config_file_error, unknown_config_flag
 
-        message = unknown_config_flag(argv) or error_line(e)
+        message = unknown_config_flag(argv) or config_file_error(argv) or error_line(e)
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
 

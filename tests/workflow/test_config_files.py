@@ -6,6 +6,7 @@ import pytest
 
 from jaxrl_llm.config import apply_overrides, config_for, error_line
 from jaxrl_llm.config_files import (
+    config_file_error,
     config_from_file,
     sibling_config,
     split_config_arg,
@@ -39,6 +40,25 @@ def test_an_unknown_config_flag_names_the_full_key_and_the_closest_field():
     )
     assert unknown_config_flag(["--config", tiny, "--config.train.num_steps=1"]) is None
     assert unknown_config_flag(["--config", "missing.py", "--config.a=1"]) is None
+
+
+def test_a_config_files_own_value_error_is_its_one_line(tmp_path):
+    """What the command line prints for a file that refuses its argument after ':' (absl would
+    print the file's traceback); other failures are left to absl's message."""
+    path = tmp_path / "stages.py"
+    path.write_text(
+        "import ml_collections\n"
+        "def get_config(stage='a'):\n"
+        "    if stage not in ('a', 'b'):\n"
+        "        raise ValueError(f'stages.py:{stage}: the stage must be one of a, b.')\n"
+        "    return ml_collections.ConfigDict({'stage': stage})\n"
+    )
+    assert config_file_error(["main", "--config", f"{path}:c", "--workdir", "w"]) == (
+        "stages.py:c: the stage must be one of a, b."
+    )
+    assert config_file_error([f"--config={path}:b"]) is None  # it loads
+    assert config_file_error(["--config", str(tmp_path / "missing.py")]) is None
+    assert config_file_error(["--workdir", "w"]) is None
 
 
 def test_an_unknown_override_prints_without_quotes():
