@@ -21,7 +21,8 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
     # batches (test_user_data_run.py::test_eval_sets_batches_and_reward_columns_come...), a user's
     # reward module, --import and jaxrl_llm.train (tests/rewards/test_user_rewards.py,
     # tests/workflow/test_user_imports.py), docs/extending.md's recipes imported from their
-    # files with their own tests (test_extending_recipes.py's other tests) and
+    # files with their own tests (test_extending_recipes.py's other tests), the from-SFT
+    # methods' configs, budget and sweeps (test_from_sft_configs.py's other tests) and
     # each runner's and algorithm's unit tests on hand-made arrays.
     "whole runs": (
         "tests/algorithms/test_algorithms.py::test_a_new_algorithm_is_one_registration",
@@ -68,6 +69,7 @@ HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/workflow/test_extending_recipes.py::test_the_algorithm_recipe_trains_a_tiny_run",
         "tests/workflow/test_extending_recipes.py::test_the_environment_recipe_trains_a_tiny",
         "tests/workflow/test_extending_recipes.py::test_episodes_serve_a_registered_field_too",
+        "tests/workflow/test_from_sft_configs.py::test_each_method_runs_two_steps_from_the_tiny",
     ),
     # Faults injected into whole runs: the default run keeps the corrupt checkpoint and the
     # empty step directory on GRPO (test_faults.py::...[grpo]), the reward functions that raise

@@ -6,7 +6,11 @@ from jaxrl_llm.stages.preference import preference_config
 
 
 def get_config():
-    config = make_tiny(preference_config("sigmoid"))
+    return tiny_pair_schedule(make_tiny(preference_config("sigmoid")))
+
+
+def tiny_pair_schedule(config):
+    """The tiny stage's sampled pairs, batches and lengths (shared with from_sft_tiny.py)."""
     with config.unlocked():
         p = config.preference
         p.num_prompts, p.group_size, p.max_new_tokens = 8, 4, 8

@@ -1,0 +1,112 @@
+"""RL that improves an SFT policy: four methods from the same start, at one budget. Every method
+starts from the chain_sum_steps SFT policy (`runs/prm_steps/sft/model`, ppo_prm_steps_smollm2.py's
+`:sft` stage: 56.5% held-out greedy accuracy, docs/ppo.md), trains on that config's task and
+prompt (`task_fields`) and is measured on the same held-out problems (the test side,
+`eval.scorer = "stated"`, and the selection side, `eval.selection`). The argument after ":"
+picks the method:
+
+    # the start, once (about 40 min on a 2-core CPU)
+    python -m jaxrl_llm.main --config experiments/configs/ppo_prm_steps_smollm2.py:sft \\
+        --workdir runs/prm_steps/sft
+    # one method, one seed (the table's sweep: experiments/sweeps/from_sft_methods.py)
+    python -m jaxrl_llm.main --config experiments/configs/from_sft_smollm2.py:ppo \\
+        --workdir runs/from_sft/ppo
+
+- `:grpo`: the main job's recipe (grpo_smollm2.py, "stable": dynamic sampling, KL 0.04, cosine
+  rate 3e-5, temperature 1, an entropy floor).
+- `:ppo`: success-only PPO as ppo_prm_steps_smollm2.py runs it from this start (lambda 1, rate
+  1e-5, temperature 0.7), without the process reward model: the verifier's reward alone.
+- `:online_dpo`: online DPO (online_dpo_smollm2.py: the best / worst sample of each group, rate
+  1e-5, temperature 0.7; the reference is the SFT policy).
+- `:dpo`: offline DPO (dpo_smollm2.py: sigmoid, beta 0.1, rate 5e-6) on pairs of the SFT
+  policy's own samples at temperature 1, labelled by the verifier, made before training.
+
+The budget is matched in sampled completions and in pair updates. Each online method samples
+STEPS x PROMPTS x GROUP = 30 x 8 x 4 = 960 completions of the current policy and makes 30
+updates (one minibatch a step). Offline DPO samples 120 prompts x 8 = 960 completions of the
+SFT policy once (a fifth of the prompts' pairs held out), then makes 30 updates of 8 pairs:
+online DPO's 30 steps of one pair per prompt. What each method discards of the 960 differs by
+design: GRPO's dynamic sampling replaces groups whose rewards all tie (up to 3 rounds a step,
+so it may sample up to 2,880, `stabilise/sampling_rounds`), online DPO gives a tied group's pair
+weight 0, offline DPO pairs only groups with a right and a wrong sample. Each keeps its own
+rate and temperature (none was tuned for this start).
+
+Evaluation every EVAL_EVERY steps. Offline DPO logs its held-out pairs' loss and reward accuracy
+every 5 updates and the task's greedy accuracy (test side, same problems and scorer) before and
+after only, as `eval/task/accuracy` in summary.json: the offline stages do not log
+`eval/accuracy` or the selection side, which `jaxrl_llm.report` reads.
+"""
+
+from jaxrl_llm.config_files import sibling_config, sibling_module
+
+# The start and the task are ppo_prm_steps_smollm2.py's (its :sft stage writes the policy).
+_STEPS_CONFIG = sibling_module(__file__, "ppo_prm_steps_smollm2.py")
+SFT_MODEL = _STEPS_CONFIG.SFT_MODEL
+MAX_NEW_TOKENS = _STEPS_CONFIG.MAX_NEW_TOKENS
+
+METHODS = ("grpo", "ppo", "online_dpo", "dpo")
+# The budget (module docstring): online steps x prompts a step x completions a prompt, and the
+# offline samples per prompt; offline DPO's prompts are what makes its samples the same count.
+STEPS, PROMPTS, GROUP = 30, 8, 4
+SAMPLED_COMPLETIONS = STEPS * PROMPTS * GROUP
+DPO_SAMPLES_PER_PROMPT = 8
+DPO_PROMPTS = SAMPLED_COMPLETIONS // DPO_SAMPLES_PER_PROMPT
+EVAL_EVERY = 5
+
+
+def check_method(method: str, file: str, choices=METHODS) -> None:
+    """Raises ValueError, one line naming the choices, for an argument after ':' not in them."""
+    if method not in choices:
+        raise ValueError(
+            f"{file}:{method}: the method must be one of {', '.join(choices)}, e.g. {file}:ppo."
+        )
+
+
+def _online(file_name: str, *args):
+    """An online config of `file_name` beside this one, from the SFT policy at the budget."""
+    config = sibling_config(__file__, file_name, *args)
+    with config.unlocked():
+        config.rollout.num_prompts = PROMPTS
+        config.rollout.group_size = GROUP
+        config.rollout.max_new_tokens = MAX_NEW_TOKENS
+        config.train.num_steps = STEPS
+        config.eval.every = EVAL_EVERY
+    return config
+
+
+def _method_config(method: str):
+    if method == "grpo":  # the main job's config, its "stable" recipe
+        return _online("grpo_smollm2.py")
+    if method == "ppo":  # the success-only arm of the process-reward sweep
+        config = _online("ppo_prm_steps_smollm2.py", "rl")
+        with config.unlocked():
+            config.rewards.process_model = ""
+            config.rewards.process_placement = "summed"
+        return config
+    if method == "online_dpo":
+        return _online("online_dpo_smollm2.py")
+    config = sibling_config(__file__, "dpo_smollm2.py")
+    with config.unlocked():
+        p = config.preference
+        p.pairs = ""  # made from the SFT policy's samples, labelled by the verifier
+        p.num_prompts, p.group_size = DPO_PROMPTS, DPO_SAMPLES_PER_PROMPT
+        p.max_new_tokens = MAX_NEW_TOKENS
+        p.max_length = 256  # the prompt and 96 new tokens, as the PRM stage's items
+        p.batch_size = PROMPTS  # online DPO's pairs an update (one a prompt)
+        p.eval_every = EVAL_EVERY
+        config.train.num_steps = STEPS
+    return config
+
+
+def get_config(method: str = "grpo"):
+    """The config of `method` ("grpo", "ppo", "online_dpo" or "dpo") from the SFT policy."""
+    check_method(method, "from_sft_smollm2.py")
+    config = _method_config(method)
+    with config.unlocked():
+        _STEPS_CONFIG.task_fields(config)
+        config.model.name = SFT_MODEL
+        # 12 runs of the table: one checkpoint each (SmolLM2's GRPO state is 1.5 GB; PPO's
+        # adds a critic), written every 10 steps.
+        config.train.checkpoint_every = 10
+        config.train.keep_checkpoints = 1
+    return config

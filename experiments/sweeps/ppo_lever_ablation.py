@@ -1,0 +1,49 @@
+"""Which of PPO's levers matter from the chain_sum_steps SFT policy: success-only PPO
+(experiments/configs/from_sft_smollm2.py:ppo) at a "best" setting, then once with each lever
+turned off, 3 seeds each (15 runs, one at a time on a 2-core CPU). Queued, not run.
+
+The best setting (BEST_PPO) starts as the levers docs/ppo.md says Xu et al. ("Is DPO Superior
+to PPO for LLM Alignment?", 2404.10719) recommend, with VC-PPO's value pretraining (2503.01491):
+advantage whitening, a larger batch (twice the prompts a step, as two accumulated micro-batches
+of the table's size), a reference that follows the policy as a moving average, and the critic
+pretrained on the SFT policy's rollouts. Before the final runs it is to be replaced by the
+setting the probes (experiments/sweeps/ppo_sft_probes.py) choose on the selection side, never by
+the test side these runs report:
+
+    python -m jaxrl_llm.launch --config experiments/configs/from_sft_smollm2.py:ppo \\
+        --sweep experiments/sweeps/ppo_lever_ablation.py --sweep_dir runs/ppo_lever_ablation \\
+        --seeds 0,1,2 --parallel 1
+    python -m jaxrl_llm.report runs/ppo_lever_ablation --out docs/reports/ppo_lever_ablation
+
+Every arm runs the config's 30 steps, so the arms differ in more than the lever's loss: the
+large batch samples 1,920 completions (the arm without it the methods table's 960), and value
+pretraining samples its batches before step 1 for the critic alone.
+"""
+
+# The setting the ablation starts from (see the docstring: to be chosen from the probes).
+BEST_PPO = {
+    "loss.whiten_advantages": True,
+    # 16 prompts x 4 completions a step, as 2 micro-batches of 32 rows (the memory of one)
+    "rollout.num_prompts": 16,
+    "train.grad_accumulation": 2,
+    # the reference about 1 / (1 - 0.9) = 10 actor updates behind the policy
+    "reference.ema_decay": 0.9,
+    # 4 critic-only batches of Monte Carlo returns before step 1
+    "critic.pretrain_steps": 4,
+}
+
+# Each lever turned off. All but whitening off is the methods table's PPO (the library's
+# defaults, whose whitening is on).
+LEVERS_OFF = {
+    "whitening": {"loss.whiten_advantages": False},
+    "large batch": {"rollout.num_prompts": 8, "train.grad_accumulation": 1},
+    "moving reference": {"reference.ema_decay": 0.0},
+    "value pretraining": {"critic.pretrain_steps": 0},
+}
+
+# The tiny config of the same shape, which tests validate these trials against.
+TINY_CONFIG = "experiments/configs/from_sft_tiny.py:ppo"
+
+
+def sweep():
+    return [dict(BEST_PPO)] + [{**BEST_PPO, **off} for off in LEVERS_OFF.values()]
