@@ -8,9 +8,9 @@ picks the method:
     # the start, once (about 40 min on a 2-core CPU)
     python -m jaxrl_llm.main --config experiments/configs/ppo_prm_steps_smollm2.py:sft \\
         --workdir runs/prm_steps/sft
-    # one method, one seed (the table's sweep: experiments/sweeps/from_sft_methods.py)
+    # one method, one seed (the table's 3 seeds: experiments/sweeps/from_sft_methods.py)
     python -m jaxrl_llm.main --config experiments/configs/from_sft_smollm2.py:ppo \\
-        --workdir runs/from_sft/ppo
+        --workdir runs/from_sft_single/ppo
 
 - `:grpo`: the main job's recipe (grpo_smollm2.py, "stable": dynamic sampling, KL 0.04, cosine
   rate 3e-5, temperature 1, an entropy floor).
@@ -31,7 +31,7 @@ so it may sample up to 2,880, `stabilise/sampling_rounds`), online DPO gives a t
 weight 0, offline DPO pairs only groups with a right and a wrong sample. Each keeps its own
 rate and temperature (none was tuned for this start).
 
-Evaluation every EVAL_EVERY steps. Offline DPO logs its held-out pairs' loss and reward accuracy
+The online methods evaluate both sides every EVAL_EVERY = 5 steps. Offline DPO logs its held-out pairs' loss and reward accuracy
 every 5 updates and the task's greedy accuracy (test side, same problems and scorer) before and
 after only, as `eval/task/accuracy` in summary.json: the offline stages do not log
 `eval/accuracy` or the selection side, which `jaxrl_llm.report` reads.
