@@ -31,10 +31,10 @@ so it may sample up to 2,880, `stabilise/sampling_rounds`), online DPO gives a t
 weight 0, offline DPO pairs only groups with a right and a wrong sample. Each keeps its own
 rate and temperature (none was tuned for this start).
 
-The online methods evaluate both sides every EVAL_EVERY = 5 steps. Offline DPO logs its held-out pairs' loss and reward accuracy
-every 5 updates and the task's greedy accuracy (test side, same problems and scorer) before and
-after only, as `eval/task/accuracy` in summary.json: the offline stages do not log
-`eval/accuracy` or the selection side, which `jaxrl_llm.report` reads.
+The online methods evaluate both sides every EVAL_EVERY = 5 steps. Offline DPO logs its held-out
+pairs' loss and reward accuracy every 5 updates and the task's greedy accuracy (test side, same
+problems and scorer) before and after only, as `eval/task/accuracy` in summary.json: the offline
+stages do not log `eval/accuracy` or the selection side, which `jaxrl_llm.report` reads.
 """
 
 from jaxrl_llm.config_files import sibling_config, sibling_module
