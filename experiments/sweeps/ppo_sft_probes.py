@@ -12,7 +12,8 @@ that fell before (lambda 1, rate 1e-5, temperature 0.7), with one lever moved:
 
 Levers (Xu et al. 2404.10719; VC-PPO 2503.01491): the rollout temperature against the SFT
 policy's low entropy, critic warm-up before the actor moves, advantage whitening, the KL
-weight, the learning rate and the batch size.
+weight, the learning rate, the batch size, value pretraining and decoupled actor / critic
+lambdas.
 """
 
 # The tiny config of the same shape, which tests validate these trials against.
@@ -31,4 +32,8 @@ def sweep():
         {"optimizer.learning_rate": 3e-6},  # a third of the rate
         {"loss.kl_beta": 0.2},  # four times the KL weight to the SFT policy
         {"rollout.num_prompts": 16},  # twice the prompts a step
+        # Added after the first probes showed the critic's explained variance near 0 for all
+        # 12 steps (appended, so the earlier trials keep their names):
+        {"critic.pretrain_steps": 8},  # VC-PPO's value pretraining on the SFT policy's rollouts
+        {"loss.lam": 0.95, "loss.critic_lam": 1.0},  # VC-PPO's decoupled lambdas
     ]
