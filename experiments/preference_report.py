@@ -34,8 +34,11 @@ def row(workdir: str) -> list[str]:
         extra = "accepted " + ", ".join(f"{100 * it['accepted_fraction']:.0f}%" for it in its)
     elif stage == "preference":
         name = f"offline {config['preference']['loss_type']}"
-        before = summary["before"]["eval/task/accuracy"]
-        after = summary["after"]["eval/task/accuracy"]
+        # "eval/task/accuracy" in runs made before the stage logged the task as RL runs do
+        before, after = (
+            summary[when].get("eval/accuracy", summary[when].get("eval/task/accuracy"))
+            for when in ("before", "after")
+        )
         updates = summary["steps"]
         seconds, mark = _update_seconds(workdir)
         steps, per = f"{updates} updates", seconds / updates

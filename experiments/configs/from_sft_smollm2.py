@@ -32,9 +32,9 @@ weight 0, offline DPO pairs only groups with a right and a wrong sample. Each ke
 rate and temperature (none was tuned for this start).
 
 The online methods evaluate both sides every EVAL_EVERY = 5 steps. Offline DPO logs its held-out
-pairs' loss and reward accuracy every 5 updates and the task's greedy accuracy (test side, same
-problems and scorer) before and after only, as `eval/task/accuracy` in summary.json: the offline
-stages do not log `eval/accuracy` or the selection side, which `jaxrl_llm.report` reads.
+pairs' loss and reward accuracy every 5 updates and the task's greedy accuracy on both sides (the
+same problems and scorer, logged as the online runs log it) before and after its updates, so
+`jaxrl_llm.report` puts it in the same table.
 """
 
 from jaxrl_llm.config_files import sibling_config, sibling_module

@@ -15,12 +15,12 @@ table is four launches of these trials, one directory a method; the start
             --parallel 1
     done
     python -m jaxrl_llm.report GRPO=runs/from_sft/grpo PPO=runs/from_sft/ppo \\
-        "online DPO=runs/from_sft/online_dpo" --against GRPO --out docs/reports/from_sft_methods
+        "online DPO=runs/from_sft/online_dpo" "offline DPO=runs/from_sft/dpo" --against GRPO \\
+        --out docs/reports/from_sft_methods
 
 The online methods log held-out greedy accuracy every 5 steps on the test side (what the report
-reads) and the selection side. Offline DPO's runs are not in the report: the preference stage
-logs the task's accuracy before and after only (`eval/task/accuracy` in each run's
-summary.json, the same test-side problems and scorer), not `eval/accuracy`.
+reads) and the selection side. Offline DPO logs the same two sides, with the same problems and
+scorer, before and after its updates only (its held-out pairs every 5 updates).
 """
 
 from jaxrl_llm.sweeps import axis

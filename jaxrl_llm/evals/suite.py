@@ -48,7 +48,15 @@ from jaxrl_llm.rollout.chat import (
 from jaxrl_llm.rollout.continuous import ContinuousGenerator
 from jaxrl_llm.rollout.types import FinishReason
 
-__all__ = ["SELECTION_SET", "Decoded", "EvalSet", "EvalSettings", "Evaluator", "markdown_table"]
+__all__ = [
+    "SELECTION_SET",
+    "Decoded",
+    "EvalSet",
+    "EvalSettings",
+    "Evaluator",
+    "flat_set_metrics",
+    "markdown_table",
+]
 
 # The name of a run's evaluation of its own task on the selection side of the split (logged as
 # "eval/selection/<metric>"): what sweeps prune on and reports choose settings by, while the
@@ -61,6 +69,23 @@ class EvalSet(NamedTuple):
 
     name: str
     examples: Sequence[Example]
+
+
+def flat_set_metrics(
+    results: Mapping[str, Mapping[str, float]], main: str
+) -> dict[str, float]:
+    """One flat dict of an `Evaluator`'s {set name: metrics}: set `main`'s metrics unprefixed,
+    every other set's as "<set>/<metric>" (what a run logs under "eval/").
+
+    Example:
+      >>> flat_set_metrics({"gcd": {"accuracy": 0.5}, "selection": {"accuracy": 0.4}}, "gcd")
+      {'accuracy': 0.5, 'selection/accuracy': 0.4}
+    """
+    flat = dict(results[main])
+    for name, metrics in results.items():
+        if name != main:
+            flat.update({f"{name}/{k}": v for k, v in metrics.items()})
+    return flat
 
 
 def describe_held_out(eval_sets) -> dict[str, dict[str, float]]:

@@ -22,6 +22,7 @@ import numpy as np
 from jaxrl_llm.algorithms.base import Algorithm, GoldReferences, GreedyBaseline, References
 from jaxrl_llm.algorithms.collected import CollectContext, serve_collected
 from jaxrl_llm.evals import Evaluator
+from jaxrl_llm.evals.suite import flat_set_metrics
 from jaxrl_llm.rollout.chat import completion_texts, prompt_ids, response_rows
 from jaxrl_llm.rollout.inflight import WeightsSource
 from jaxrl_llm.runners.collectors import Collector, Generated, round_seed
@@ -98,9 +99,7 @@ class SingleTurnSampler(Collector):
         self.eval_correct = dict(self.evaluator.correct)
         self.eval_details = dict(self.evaluator.details)
         rollout.release()
-        result = dict(results.pop(self.config.task.name))
-        for name, metrics in results.items():
-            result.update({f"{name}/{k}": v for k, v in metrics.items()})
+        result = flat_set_metrics(results, self.config.task.name)
         result["seconds"] = time.time() - t0
         return result
 

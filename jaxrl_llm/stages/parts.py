@@ -3,25 +3,28 @@
 config = stage_config("reward_model", "rm", rm_section())      # base fields + the section
 learner = stage_learner(model, config, loss, num_steps=config.train.num_steps)
 model, learner = scalar_head_learner(policy, config, rm_loss)  # a reward model's
-evaluate = policy_evaluation(config, held_out_loss, task_metrics)   # held-out + greedy
+greedy = GreedyEvaluation(config, model, tokenizer)              # the task, as RL runs log it
+evaluate = policy_evaluation(config, held_out_loss, greedy, lambda: learner.params)
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ml_collections
 
+from jaxrl_llm.evals.suite import flat_set_metrics
 from jaxrl_llm.roles import Learner
 
 __all__ = [
+    "GreedyEvaluation",
+    "PolicyEvaluation",
     "check_fit_fields",
     "check_positive_ints",
     "check_sampled_labels_section",
-    "greedy_evaluation",
     "percent_change",
     "policy_evaluation",
     "sampled_labels_fields",
@@ -133,45 +136,84 @@ def scalar_head_learner(policy, config, loss_fn: Callable[..., Any]):
     return model, stage_learner(model, config, loss, num_steps=config.train.num_steps)
 
 
-def greedy_evaluation(config, model, tokenizer, eval_set=None) -> Callable[[Any], dict[str, float]]:
-    """`params -> metrics`: the held-out greedy evaluation (`config.eval`, scored by
-    `config.eval.scorer`) of `eval_set`, by default the run's task's held-out prompts
-    (`components.build_eval_sets`). One `Evaluator` serves every call, so the decode compiles
-    once per run."""
-    from jaxrl_llm.evals import Evaluator
-    from jaxrl_llm.runners import components
-    from jaxrl_llm.runners.evaluation import eval_settings
+class GreedyEvaluation:
+    """`params -> metrics`: the held-out greedy evaluation of a stage's policy (`config.eval`,
+    scored by `config.eval.scorer`), logged as an RL run logs its own (`OnlineSampler.evaluate`),
+    so `jaxrl_llm.report` reads a stage's run as it reads an RL run.
 
-    if eval_set is None:
-        (eval_set,) = components.build_eval_sets(config, [config.task.name])
-    scorer = components.build_scorer(config)
-    evaluator = Evaluator(
-        model, tokenizer, scorer, eval_settings(config), timeout_s=config.rewards.timeout_s
-    )
+    The sets are `eval_sets`, by default the run's (`components.build_eval_sets`: the task's
+    test side, each of `config.eval.tasks`, and with `config.eval.selection` the selection
+    side). The first set's metrics come unprefixed (accuracy, score, completion_length, ...),
+    every other set's as "<set>/<metric>". `correct` and `details` hold the last call's
+    per-question records ({set name: [Q] 0/1} and `Evaluator.details`), what
+    `MetricsWriter.write_eval_questions` keeps. One `Evaluator` serves every call, so the
+    decode compiles once per run.
+    """
 
-    def metrics(params) -> dict[str, float]:
-        return evaluator([eval_set], params=params)[eval_set.name]
+    def __init__(self, config, model, tokenizer, eval_sets: Sequence[Any] | None = None):
+        from jaxrl_llm.evals import Evaluator
+        from jaxrl_llm.runners import components
+        from jaxrl_llm.runners.evaluation import eval_settings
 
-    return metrics
+        self.eval_sets = list(eval_sets or components.build_eval_sets(config))
+        self.evaluator = Evaluator(
+            model,
+            tokenizer,
+            components.build_scorer(config),
+            eval_settings(config),
+            timeout_s=config.rewards.timeout_s,
+        )
+        self.correct: dict[str, Any] = {}
+        self.details: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, params) -> dict[str, float]:
+        results = self.evaluator(self.eval_sets, params=params)
+        self.correct, self.details = dict(self.evaluator.correct), dict(self.evaluator.details)
+        return flat_set_metrics(results, self.eval_sets[0].name)
+
+
+class PolicyEvaluation:
+    """`evaluate(when)` of a stage that trains the policy itself (SFT, offline preference):
+    `held_out()` at every evaluation, plus the task's held-out greedy metrics (`greedy` of
+    `params()`, as "eval/<metric>" and "eval/<set>/<metric>", the keys an RL run logs) before
+    and after when `config.eval.before` / `.after` ask and the stage has them (`greedy` not
+    None). `take_records()` hands the greedy evaluation's per-question records to the writer
+    once."""
+
+    def __init__(
+        self,
+        config,
+        held_out: Callable[[], dict[str, float]],
+        greedy: GreedyEvaluation | None,
+        params: Callable[[], Any],
+    ):
+        self.config, self.held_out, self.greedy, self.params = config, held_out, greedy, params
+        self._records: tuple[dict, dict] = ({}, {})
+
+    def __call__(self, when: str) -> dict[str, float]:
+        scalars = self.held_out()
+        asked = {"before": self.config.eval.before, "after": self.config.eval.after}.get(when)
+        if asked and self.greedy is not None:
+            task = self.greedy(self.params())
+            scalars.update({f"eval/{k}": v for k, v in task.items() if _is_number(v)})
+            self._records = (self.greedy.correct, self.greedy.details)
+        return scalars
+
+    def take_records(self) -> tuple[dict, dict]:
+        """({set: [Q] 0/1}, {set: details}) of the greedy evaluation since the last call (empty
+        when none ran)."""
+        records, self._records = self._records, ({}, {})
+        return records
 
 
 def policy_evaluation(
-    config, held_out: Callable[[], dict[str, float]], task_metrics: Callable[[], dict] | None
-) -> Callable[[str], dict[str, float]]:
-    """`evaluate(when)` of a stage that trains the policy itself (SFT, offline preference):
-    `held_out()` at every evaluation, plus the task's held-out greedy metrics
-    (`task_metrics()`, as "eval/task/<metric>") before and after when `config.eval.before` /
-    `.after` ask and the stage has them (`task_metrics` not None)."""
-
-    def evaluate(when: str) -> dict[str, float]:
-        scalars = held_out()
-        asked = {"before": config.eval.before, "after": config.eval.after}.get(when, False)
-        if asked and task_metrics is not None:
-            task = task_metrics()
-            scalars.update({f"eval/task/{k}": v for k, v in task.items() if _is_number(v)})
-        return scalars
-
-    return evaluate
+    config,
+    held_out: Callable[[], dict[str, float]],
+    greedy: GreedyEvaluation | None,
+    params: Callable[[], Any],
+) -> PolicyEvaluation:
+    """The `PolicyEvaluation` of a policy stage (see there)."""
+    return PolicyEvaluation(config, held_out, greedy, params)
 
 
 def _is_number(value) -> bool:
@@ -191,7 +233,7 @@ def percent_change(summary: dict[str, Any], key: str) -> str:
 def task_accuracy_change(summary: dict[str, Any]) -> str:
     """ ", greedy accuracy a% -> b%" of a policy stage's summary (`policy_evaluation`), or ""
     when the evaluation before or after had no greedy task metrics."""
-    key = "eval/task/accuracy"
+    key = "eval/accuracy"
     if key not in summary["before"] or key not in summary["after"]:
         return ""
     return f", greedy accuracy {percent_change(summary, key)}"

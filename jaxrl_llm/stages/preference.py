@@ -15,7 +15,9 @@ by the pair file's digest and the model), so a resumed run never recomputes them
 Logged: the train loss and the loss's metrics (reward margin and accuracy, chosen and rejected
 log-probs) every step; the same on held-out pairs (split by prompt) before, every
 `preference.eval_every` steps and after; and the task's held-out greedy accuracy before and
-after (`config.eval`). The trained policy is written to `<workdir>/model`.
+after (`config.eval`), logged as an RL run logs it ("eval/accuracy", the selection side as
+"eval/selection/accuracy", per-question records in eval_questions.jsonl), so
+`jaxrl_llm.report` reads the run beside RL runs. The trained policy is written to `<workdir>/model`.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from jaxrl_llm.roles import place_batch
 from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.stages.data import labelled_items, step_indices
 from jaxrl_llm.stages.parts import (
+    GreedyEvaluation,
     check_sampled_labels_section,
-    greedy_evaluation,
     percent_change,
     policy_evaluation,
     stage_config,
@@ -143,9 +145,9 @@ class PreferenceRun:
         )
         loss = functools.partial(preference_loss, config=self.loss_config)
         self.learner = stage_learner(self.model, config, loss, num_steps=config.train.num_steps)
-        greedy = greedy_evaluation(config, self.model, self.tokenizer)
+        greedy = GreedyEvaluation(config, self.model, self.tokenizer)
         self.evaluate = policy_evaluation(
-            config, self.held_out, lambda: greedy(self.learner.params)
+            config, self.held_out, greedy, lambda: self.learner.params
         )
         graphdef, eval_config = self.learner.graphdef, self.loss_config
         self._logp_fn = jax.jit(

@@ -45,8 +45,8 @@ from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.stages.data import RecordBatches
 from jaxrl_llm.stages.parts import (
+    GreedyEvaluation,
     check_positive_ints,
-    greedy_evaluation,
     stage_config,
     stage_learner,
 )
@@ -143,7 +143,7 @@ class SelfTrainingRun:
         if s.method == "rest_em":
             self.base_params = jax.tree.map(jax.numpy.copy, self.learner.params)
         self.pool = task_pool(task, side="train", seed=config.seed)
-        self._task_metrics = greedy_evaluation(config, self.model, self.tokenizer)
+        self._task_metrics = GreedyEvaluation(config, self.model, self.tokenizer)
         self.use_records([])
 
     def accuracy(self) -> dict[str, float]:

@@ -40,9 +40,9 @@ from jaxrl_llm.models.precision import merge_for_compute
 from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.stages.data import RecordBatches, record_options
 from jaxrl_llm.stages.parts import (
+    GreedyEvaluation,
     check_fit_fields,
     check_positive_ints,
-    greedy_evaluation,
     policy_evaluation,
     stage_config,
     stage_learner,
@@ -164,14 +164,15 @@ class SftRun:
         self.batch = RecordBatches(train, self.tokenizer, self.learner, config, config.sft)
         options = record_options(config, config.sft)
         self.eval_sequences = tokenize_records(self.tokenizer, held_out, **options)
-        task_metrics = None
+        greedy = None
         if eval_examples:  # held-out greedy accuracy needs records with answers
-            name = config.task.name if config.sft.data == "task" else "held_out"
-            greedy = greedy_evaluation(
-                config, self.model, self.tokenizer, EvalSet(name, eval_examples)
-            )
-            task_metrics = lambda: greedy(self.learner.params)
-        self.evaluate = policy_evaluation(config, self.held_out_loss, task_metrics)
+            sets = None  # the task's sets, as an RL run of the config evaluates them
+            if config.sft.data != "task":
+                sets = [EvalSet("held_out", eval_examples)]
+            greedy = GreedyEvaluation(config, self.model, self.tokenizer, sets)
+        self.evaluate = policy_evaluation(
+            config, self.held_out_loss, greedy, lambda: self.learner.params
+        )
         self._eval_fn = jax.jit(
             lambda params, batch: (
                 sft_loss(merge_for_compute(self.learner.graphdef, params), batch)[0],

@@ -35,6 +35,7 @@ import ml_collections
 import tqdm
 
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like, saves_left
+from jaxrl_llm.host import accelerator_info, host_info
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.roles import Learner
 from jaxrl_llm.runners.lifecycle import check_resumable
@@ -121,8 +122,8 @@ def run_validated_stage(
     The summary holds the stage, the updates done ("steps"), the stage's own fields
     (`run.summary()`), the evaluations before and after, "train_time_s" (updates, evaluations
     and saving), "update_time_s" (updates alone, over every process that wrote the workdir),
-    "wall_time_s" (from loading the model on) and the saved model's directory under
-    `stage.output`.
+    "wall_time_s" (from loading the model on), the machine ("host": its CPU, and its chip on an
+    accelerator) and the saved model's directory under `stage.output`.
     """
     write_config(config, workdir)
     start = time.time()
@@ -141,6 +142,7 @@ def run_validated_stage(
         progress=progress,
         max_time_s=config.train.max_time_s,
         config=config,
+        eval_records=getattr(run.evaluate, "take_records", None),
     )
     directory = os.path.join(workdir, stage.output)
     stage.save(run, directory)
@@ -153,6 +155,7 @@ def run_validated_stage(
         "train_time_s": time.time() - train_start,
         "update_time_s": update_seconds(workdir),
         "wall_time_s": time.time() - start,
+        "host": {**host_info(), **accelerator_info()},
         stage.output: directory,
     }
     write_summary(workdir, summary)
@@ -174,6 +177,7 @@ def fit(
     progress: bool = True,
     max_time_s: float = 0.0,
     config: ml_collections.ConfigDict | None = None,
+    eval_records: Callable[[], tuple[dict, dict]] | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Trains `learner` to `num_steps` updates (resuming from `workdir/checkpoints`); writes
     `train/*` metrics every step and `evaluate(when)` at step 0, every `eval_every` steps (0: never
@@ -182,7 +186,9 @@ def fit(
     (evaluations excluded). The newest `keep_checkpoints` checkpoints are kept; a disk that cannot
     hold those still to come stops it before the first evaluation (`CheckpointSpaceError`).
     `config` (the run's) says where metrics go besides the JSONL files (`config.metrics`; None:
-    TensorBoard). Returns (before, after)."""
+    TensorBoard). `eval_records()` (a `PolicyEvaluation`'s `take_records`) gives the per-question
+    records of the evaluation just run, kept in `workdir/eval_questions.jsonl`. Returns (before,
+    after)."""
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=keep_checkpoints)
     restored = checkpointer.restore_latest(abstract_like(learner.state))
     meta: dict[str, Any] = {"step": 0, "before": None}
@@ -194,9 +200,15 @@ def fit(
     )
     writer = MetricsWriter(workdir) if config is None else MetricsWriter.for_run(config, workdir)
     writer.rewind(meta["step"] if restored is not None else -1)  # log each step once
+
+    def log_evaluation(step: int, scalars: dict[str, float]) -> None:
+        writer.write_scalars(step, scalars)
+        if eval_records is not None:
+            writer.write_eval_questions(step, *eval_records())
+
     if meta["before"] is None:
         meta["before"] = evaluate("before")
-        writer.write_scalars(0, meta["before"])
+        log_evaluation(0, meta["before"])
     bar = tqdm.tqdm(total=num_steps, initial=meta["step"], desc=desc, disable=not progress)
     spent = 0.0
     try:
@@ -210,7 +222,7 @@ def fit(
             out_of_time = bool(max_time_s) and spent > max_time_s
             if eval_every and (step + 1) % eval_every == 0 and step + 1 < num_steps:
                 scalars.update(evaluate("during"))
-            writer.write_scalars(step + 1, scalars)
+            log_evaluation(step + 1, scalars)
             meta["step"] = step + 1
             if (step + 1) % checkpoint_every == 0 or step + 1 == num_steps or out_of_time:
                 checkpointer.save(step + 1, learner.state, meta)
@@ -220,7 +232,7 @@ def fit(
                 print(f"[jaxrl_llm] stopping after update {step + 1}: {max_time_s} s spent")
                 break
         after = evaluate("after")
-        writer.write_scalars(meta["step"], after)
+        log_evaluation(meta["step"], after)
     finally:
         bar.close()
         checkpointer.close()

@@ -26,7 +26,7 @@ def test_sft_lowers_held_out_loss_and_writes_a_loadable_policy(tmp_path):
     config = load_config(SFT_TINY, {"train.num_steps": 8})
     summary = run_stage(config, str(tmp_path), progress=False)
     assert summary["after"]["eval/loss"] < summary["before"]["eval/loss"]
-    assert 0.0 <= summary["before"]["eval/task/accuracy"] <= 1.0  # held-out greedy accuracy
+    assert 0.0 <= summary["before"]["eval/accuracy"] <= 1.0  # held-out greedy accuracy
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["steps"] == 8
     model, tokenizer = from_pretrained(summary["model"])
