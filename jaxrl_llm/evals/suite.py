@@ -71,9 +71,7 @@ class EvalSet(NamedTuple):
     examples: Sequence[Example]
 
 
-def flat_set_metrics(
-    results: Mapping[str, Mapping[str, float]], main: str
-) -> dict[str, float]:
+def flat_set_metrics(results: Mapping[str, Mapping[str, float]], main: str) -> dict[str, float]:
     """One flat dict of an `Evaluator`'s {set name: metrics}: set `main`'s metrics unprefixed,
     every other set's as "<set>/<metric>" (what a run logs under "eval/").
 
