@@ -12,6 +12,7 @@ import ml_collections
 
 from jaxrl_llm.rewards.chance import task_answer_prior
 from jaxrl_llm.rewards.ensemble import ENSEMBLE_MODES
+from jaxrl_llm.rewards.model_check import validate_model_check
 from jaxrl_llm.rewards.process import PLACEMENTS, check_eta, check_step_marker
 from jaxrl_llm.rewards.refinement import REFINEMENTS
 from jaxrl_llm.rewards.user import ON_ERROR
@@ -73,6 +74,16 @@ def rewards_section() -> ml_collections.ConfigDict:
     # k = ensemble_k); see jaxrl_llm.rewards.ensemble.
     c.ensemble = "mean"
     c.ensemble_k = 1.0
+    # Whether the reward model still agrees with the verifier on each step's own samples
+    # (jaxrl_llm.rewards.model_check; Gao et al. 2023's proxy-gold divergence): the AUC of its
+    # scores at telling the verifier's right samples from its wrong ones is logged as
+    # reward/model_verifier_auc (1: agree, 0.5: chance). Under model_check_auc for
+    # model_check_steps steps in a row, model_check_action: "flag" (a warning and
+    # reward/model_check_flagged on the step) or "stop" (the step is saved and evaluated and the
+    # run ends, summary.json's "stopped_by" saying why). 0 = no check (the AUC is still logged).
+    c.model_check_auc = 0.0
+    c.model_check_steps = 3
+    c.model_check_action = "flag"
     # A process reward model (`process_reward_model` stage): its per-step scores, refined by
     # `process_refinement` ("none", "clip" with threshold `process_eta` in (0, 1], or "delta";
     # Gao et al. 2024) and summed, are added with `process_weight`; "" = none. Steps split on
@@ -105,6 +116,7 @@ def validate_rewards_section(config: ml_collections.ConfigDict) -> None:
             f"{ENSEMBLE_MODES} and config.rewards.ensemble_k={config.rewards.ensemble_k} >= 0."
         )
     check_answer_rule(config.rewards.get("answer_rule", "last_number"))
+    validate_model_check(config.rewards)
     _validate_user_functions(config.rewards)
     if config.rewards.get("chance_correction"):
         if config.env.name:

@@ -8,10 +8,13 @@ A hook has four optional methods, called by the runner in list order:
     on_error(run, error)       when an asynchronous run's generator or learner failed
 
 `run` is the runner's `RunContext` (config, workdir, state to checkpoint, evaluation). A hook
-that must stop the run raises (the guard raises `NonFiniteLossError`). The runner marks a step
-whose updates were all skipped (non-finite) with `record.skip_save`, and the checkpoint hook
-does not save it. In the default list the checkpoint hook comes first, so its restore (on_start)
-precedes the evaluation before training, which a resumed run then skips.
+that must stop the run raises (the guard raises `NonFiniteLossError`); one that ends it cleanly
+sets `record.stop_reason` and `record.last` (the reward-model check), and the runner stops
+after the step, which the later hooks save and log as the last one and which is evaluated
+after training. The runner marks a step whose updates were all skipped (non-finite) with
+`record.skip_save`, and the checkpoint hook does not save it. In the default list the
+checkpoint hook comes first (after the reward-model check, which has no on_start), so its
+restore (on_start) precedes the evaluation before training, which a resumed run then skips.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import tqdm
 
 from jaxrl_llm.checkpoint import Checkpointer, abstract_like, saves_left
 from jaxrl_llm.metrics import MetricsWriter
+from jaxrl_llm.rewards.model_check import AUC_KEY, ModelCheck
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,9 @@ class StepRecord:
       samples: a few {"prompt", "completion", "reward", "answer"} rows for samples.jsonl.
       skip_save: this step must not be checkpointed (its update was skipped).
       last: the run stops after this step (its last configured step, or its time budget).
+      stop_reason: set by a hook that ends the run after this step (with `last`, so the hooks
+        after it save and log the step as the last one); the runner records it in summary.json
+        as "stopped_by".
     """
 
     step: int
@@ -52,6 +59,7 @@ class StepRecord:
     samples: list[dict[str, Any]] = field(default_factory=list)
     skip_save: bool = False
     last: bool = False
+    stop_reason: str | None = None
 
 
 class RunContext(Protocol):
@@ -217,6 +225,35 @@ class NonFiniteGuard(Hook):
             )
 
 
+class RewardModelCheck(Hook):
+    """Watches whether the learned reward model still agrees with the verifier on each step's
+    samples (`rewards.model_check`): when its AUC (`reward/model_verifier_auc`) stays under
+    `min_auc` for `steps` steps in a row, "flag" warns and marks the step
+    (`reward/model_check_flagged`), "stop" ends the run after it. First of the hooks, so the
+    checkpoint and metrics hooks see the step as marked (and as the last one)."""
+
+    def __init__(self, *, min_auc: float, steps: int, action: str):
+        self.check, self.action = ModelCheck(min_auc=min_auc, steps=steps), action
+
+    def on_step(self, run: RunContext, record: StepRecord) -> None:
+        if not self.check.observe(record.scalars.get(AUC_KEY)):
+            return
+        c = self.check
+        what = (
+            f"the reward model ranks the verifier's right samples first with AUC under "
+            f"config.rewards.model_check_auc={c.min_auc} for {c.steps} steps in a row (step "
+            f"{record.step}: {record.scalars[AUC_KEY]:.3f}): the policy may be exploiting it"
+        )
+        flagged = run.summary.setdefault("model_check", {"flagged_steps": []})
+        flagged["flagged_steps"].append(record.step)
+        if self.action == "stop":
+            record.last, record.stop_reason = True, f"config.rewards.model_check_auc: {what}"
+            return
+        record.scalars["reward/model_check_flagged"] = 1.0
+        log.warning("Step %d: %s.", record.step, what)
+        print(f"[jaxrl_llm] warning: {what} (config.rewards.model_check_action='flag')")
+
+
 class MetricsHook(Hook):
     """Writes each step's scalars (metrics.jsonl, TensorBoard) and, every N steps, samples."""
 
@@ -270,7 +307,16 @@ def progress_text(s: dict[str, float]) -> str:
 
 def default_hooks(config, workdir: str, *, desc: str, progress: bool = True) -> list[Hook]:
     """The hooks of an online run, in their order (see the module docstring)."""
-    return [
+    check = []
+    if config.rewards.get("model_check_auc", 0.0) > 0:  # first: it may end the run at this step
+        check = [
+            RewardModelCheck(
+                min_auc=config.rewards.model_check_auc,
+                steps=config.rewards.model_check_steps,
+                action=config.rewards.model_check_action,
+            )
+        ]
+    return check + [
         CheckpointHook(
             os.path.join(workdir, "checkpoints"),
             every=config.train.checkpoint_every,

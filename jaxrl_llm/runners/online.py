@@ -192,6 +192,10 @@ def run_online(
                 print(f"[jaxrl_llm] {stopping} received: step {step + 1} saved, stopping")
                 run.summary["stopped_by"] = stopping
                 break
+            if record.stop_reason:  # a hook ended the run (the reward-model check)
+                print(f"[jaxrl_llm] stopping after step {step + 1}: {record.stop_reason}")
+                run.summary["stopped_by"] = record.stop_reason
+                break
             if out_of_time:
                 print(
                     f"[jaxrl_llm] stopping after step {step + 1}: train.max_time_s={budget} spent"

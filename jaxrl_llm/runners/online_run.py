@@ -30,6 +30,7 @@ from jaxrl_llm.algorithms.off_policy import OffPolicyConfig
 from jaxrl_llm.metrics import MetricsWriter
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.rewards import accuracy
+from jaxrl_llm.rewards.model_check import model_verifier_scalars
 from jaxrl_llm.rewards.process import dense_step_rewards
 from jaxrl_llm.roles import place_batch
 from jaxrl_llm.roles.reference import logprob_fn
@@ -364,6 +365,8 @@ class OnlineRun:
             ),
             "reward/errors": float(sum(reward_out.num_errors.values())),
             "reward/timeouts": float(sum(reward_out.num_timeouts.values())),
+            # does the learned reward still rank the verifier's right samples first?
+            **model_verifier_scalars(reward_out.per_function),
             **{  # user rewards' samples with no valid value (`jaxrl_llm.rewards.user`)
                 f"reward/{name}/skipped": float(count)
                 for name, count in (getattr(reward_out, "num_skipped", None) or {}).items()
