@@ -74,6 +74,11 @@ def rewards_section() -> ml_collections.ConfigDict:
     # k = ensemble_k); see jaxrl_llm.rewards.ensemble.
     c.ensemble = "mean"
     c.ensemble_k = 1.0
+    # Whiten each reward model's scores over the step's samples (mean 0, std 1) before they
+    # are combined and weighted (jaxrl_llm.rewards.ensemble.WhitenedReward): puts ensemble
+    # members on one scale and fixes the reward's scale for PPO's critic (TRL's whiten_rewards).
+    # reward/model then logs the whitened score (mean 0 over the step's samples).
+    c.model_whiten = False
     # Whether the reward model still agrees with the verifier on each step's own samples
     # (jaxrl_llm.rewards.model_check; Gao et al. 2023's proxy-gold divergence): the AUC of its
     # scores at telling the verifier's right samples from its wrong ones is logged as
@@ -117,6 +122,11 @@ def validate_rewards_section(config: ml_collections.ConfigDict) -> None:
         )
     check_answer_rule(config.rewards.get("answer_rule", "last_number"))
     validate_model_check(config.rewards)
+    if config.rewards.get("model_whiten", False) and not config.rewards.model:
+        raise ValueError(
+            "config.rewards.model_whiten=True whitens a reward model's scores, and "
+            "config.rewards.model is empty: set config.rewards.model or model_whiten=False."
+        )
     _validate_user_functions(config.rewards)
     if config.rewards.get("chance_correction"):
         if config.env.name:

@@ -1,8 +1,12 @@
-"""Combining the scores of several reward models: mean, min (conservative) and mean - k * std.
+"""Combining the scores of several reward models: mean, min (conservative) and mean - k * std;
+and whitening a model's scores over the batch.
 
 See "Reward Model Ensembles Help Mitigate Overoptimization" (Coste et al. 2023, 2310.02743):
 worst-case (min) and uncertainty-weighted (mean - k * std) optimisation resist reward hacking
-that a single model's score invites.
+that a single model's score invites. A reward model's scores have an arbitrary offset and scale
+(a Bradley-Terry model learns differences only), so members trained apart are put on one scale
+before they are combined by whitening each over the batch (`WhitenedReward`; TRL's PPO
+`whiten_rewards` does the same to a single model's rewards).
 """
 
 from __future__ import annotations
@@ -39,6 +43,38 @@ def combine_scores(scores_mb, *, mode: str = "mean", k: float = 1.0) -> np.ndarr
             raise ValueError(f"combine_scores: k={k} must be >= 0.")
         return (scores.mean(axis=0) - k * scores.std(axis=0)).astype(np.float32)
     raise ValueError(f"combine_scores: mode={mode!r} must be one of {ENSEMBLE_MODES}.")
+
+
+def whiten_scores(scores_b, eps: float = 1e-6) -> np.ndarray:
+    """float32 [B]: `scores_b` minus their mean over their std (population), over the batch;
+    all zeros when the batch's scores are all equal (or it holds one sample).
+
+    Example:
+      >>> whiten_scores([1.0, 3.0])
+      array([-1.,  1.], dtype=float32)
+    """
+    scores = np.asarray(scores_b, np.float64).reshape(-1)
+    std = scores.std()
+    if std < eps:
+        return np.zeros(scores.shape, np.float32)
+    return ((scores - scores.mean()) / std).astype(np.float32)
+
+
+class WhitenedReward:
+    """A reward model (`roles.reward.ModelReward`-like callable) whose scores are whitened over
+    each batch it scores (`whiten_scores`): mean 0 and std 1 across the step's samples.
+
+    Example:
+      >>> rm = WhitenedReward(ModelReward(model, tokenizer))
+      >>> scores_b = rm(prompts, completions)           # mean 0, std 1 over the batch
+    """
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, prompts, completions) -> np.ndarray:
+        """float32 [B] whitened scores."""
+        return whiten_scores(self.model(prompts, completions))
 
 
 class EnsembleReward:

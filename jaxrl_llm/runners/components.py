@@ -35,7 +35,7 @@ from jaxrl_llm.rewards import (
     task_answer_prior,
     task_reward,
 )
-from jaxrl_llm.rewards.ensemble import EnsembleReward
+from jaxrl_llm.rewards.ensemble import EnsembleReward, WhitenedReward
 from jaxrl_llm.rewards.process import ProcessReward
 from jaxrl_llm.rewards.user_loading import UserRewardFns, check_reward_columns, user_rewards
 from jaxrl_llm.roles import (
@@ -338,6 +338,8 @@ def build_roles(
             )
             for path in config.rewards.model.split(",")
         ]
+        if config.rewards.get("model_whiten", False):
+            models = [WhitenedReward(model) for model in models]
         reward_model = models[0]
         if len(models) > 1:
             reward_model = EnsembleReward(

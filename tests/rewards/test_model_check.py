@@ -101,7 +101,7 @@ def random_reward_model(tmp_path):
     return path
 
 
-def _run(tmp_path, model, action):
+def _run(tmp_path, model, action, **more):
     from jaxrl_llm.runners import train
 
     overrides = {
@@ -113,6 +113,7 @@ def _run(tmp_path, model, action):
         "rewards.model_check_auc": 1.0,
         "rewards.model_check_steps": 2,
         "rewards.model_check_action": action,
+        **more,
     }
     workdir = tmp_path / action
     summary = train(load_config(GRPO_TINY, overrides), str(workdir), progress=False)
@@ -120,10 +121,12 @@ def _run(tmp_path, model, action):
 
 
 def test_flag_marks_each_streak_and_the_run_goes_on(tmp_path, text_reward, random_reward_model):
-    summary, rows, _ = _run(tmp_path, random_reward_model, "flag")
+    summary, rows, _ = _run(tmp_path, random_reward_model, "flag", **{"rewards.model_whiten": True})
     steps = [r for r in rows if "train/rows" in r]
     aucs = [r["reward/model_verifier_auc"] for r in steps]
     assert len(aucs) == 4 and all(0.0 <= a < 1.0 for a in aucs)  # the odd-length verdicts mix
+    # whitened over each step's samples: the reward model's scores average 0
+    assert all(abs(r["reward/model"]) < 1e-5 for r in steps)
     assert [r["step"] for r in steps if r.get("reward/model_check_flagged")] == [2, 4]
     assert summary["steps"] == 4 and summary["model_check"] == {"flagged_steps": [2, 4]}
     assert "stopped_by" not in summary
@@ -139,3 +142,20 @@ def test_stop_ends_the_run_after_the_tripping_step_saved_and_evaluated(
     assert [r["step"] for r in rows if "eval/accuracy" in r] == [2]
     assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]
     assert json.loads((workdir / "summary.json").read_text())["steps"] == 2
+
+
+def test_whitening_puts_each_member_on_one_scale_before_the_ensemble_combines():
+    from jaxrl_llm.rewards.ensemble import EnsembleReward, WhitenedReward, whiten_scores
+
+    np.testing.assert_allclose(whiten_scores([1.0, 3.0, 5.0]), [-1.2247449, 0.0, 1.2247449])
+    np.testing.assert_array_equal(whiten_scores([2.0, 2.0]), [0.0, 0.0])  # no spread: zeros
+    # two members ranking alike on scales 1000x apart: raw, the min is the small-scale one's
+    # scores alone; whitened, both count the same
+    small = lambda prompts, completions: np.array([0.001, 0.002, 0.003], np.float32)
+    large = lambda prompts, completions: np.array([3.0, 1.0, 2.0], np.float32)
+    raw = EnsembleReward([small, large], mode="min")(None, None)
+    np.testing.assert_allclose(raw, [0.001, 0.002, 0.003])
+    whitened = EnsembleReward([WhitenedReward(small), WhitenedReward(large)], mode="min")
+    np.testing.assert_allclose(whitened(None, None), [-1.2247449, -1.2247449, 0.0], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"model_whiten=True .* config\.rewards\.model is empty"):
+        load_config(GRPO_TINY, {"rewards.model_whiten": True})
