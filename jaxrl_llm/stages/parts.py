@@ -4,7 +4,7 @@ config = stage_config("reward_model", "rm", rm_section())      # base fields + t
 learner = stage_learner(model, config, loss, num_steps=config.train.num_steps)
 model, learner = scalar_head_learner(policy, config, rm_loss)  # a reward model's
 greedy = GreedyEvaluation(config, model, tokenizer)              # the task, as RL runs log it
-evaluate = policy_evaluation(config, held_out_loss, greedy, lambda: learner.params)
+evaluate = PolicyEvaluation(config, held_out_loss, greedy, lambda: learner.params)
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ __all__ = [
     "check_positive_ints",
     "check_sampled_labels_section",
     "percent_change",
-    "policy_evaluation",
     "sampled_labels_fields",
     "scalar_head_learner",
     "stage_config",
@@ -138,7 +137,7 @@ def scalar_head_learner(policy, config, loss_fn: Callable[..., Any]):
 
 class GreedyEvaluation:
     """`params -> metrics`: the held-out greedy evaluation of a stage's policy (`config.eval`,
-    scored by `config.eval.scorer`), logged as an RL run logs its own (`OnlineSampler.evaluate`),
+    scored by `config.eval.scorer`), logged as an RL run logs its own (`SingleTurnSampler.evaluate`),
     so `jaxrl_llm.report` reads a stage's run as it reads an RL run.
 
     The sets are `eval_sets`, by default the run's (`components.build_eval_sets`: the task's
@@ -206,16 +205,6 @@ class PolicyEvaluation:
         return records
 
 
-def policy_evaluation(
-    config,
-    held_out: Callable[[], dict[str, float]],
-    greedy: GreedyEvaluation | None,
-    params: Callable[[], Any],
-) -> PolicyEvaluation:
-    """The `PolicyEvaluation` of a policy stage (see there)."""
-    return PolicyEvaluation(config, held_out, greedy, params)
-
-
 def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -231,7 +220,7 @@ def percent_change(summary: dict[str, Any], key: str) -> str:
 
 
 def task_accuracy_change(summary: dict[str, Any]) -> str:
-    """ ", greedy accuracy a% -> b%" of a policy stage's summary (`policy_evaluation`), or ""
+    """ ", greedy accuracy a% -> b%" of a policy stage's summary (`PolicyEvaluation`), or ""
     when the evaluation before or after had no greedy task metrics."""
     key = "eval/accuracy"
     if key not in summary["before"] or key not in summary["after"]:

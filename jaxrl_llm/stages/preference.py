@@ -40,9 +40,9 @@ from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.stages.data import labelled_items, step_indices
 from jaxrl_llm.stages.parts import (
     GreedyEvaluation,
+    PolicyEvaluation,
     check_sampled_labels_section,
     percent_change,
-    policy_evaluation,
     stage_config,
     stage_learner,
     task_accuracy_change,
@@ -146,9 +146,7 @@ class PreferenceRun:
         loss = functools.partial(preference_loss, config=self.loss_config)
         self.learner = stage_learner(self.model, config, loss, num_steps=config.train.num_steps)
         greedy = GreedyEvaluation(config, self.model, self.tokenizer)
-        self.evaluate = policy_evaluation(
-            config, self.held_out, greedy, lambda: self.learner.params
-        )
+        self.evaluate = PolicyEvaluation(config, self.held_out, greedy, lambda: self.learner.params)
         graphdef, eval_config = self.learner.graphdef, self.loss_config
         self._logp_fn = jax.jit(
             lambda params, tokens, mask: completion_logprobs(

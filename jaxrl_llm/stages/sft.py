@@ -41,9 +41,9 @@ from jaxrl_llm.runners.components import load_policy, with_lora
 from jaxrl_llm.stages.data import RecordBatches, record_options
 from jaxrl_llm.stages.parts import (
     GreedyEvaluation,
+    PolicyEvaluation,
     check_fit_fields,
     check_positive_ints,
-    policy_evaluation,
     stage_config,
     stage_learner,
     task_accuracy_change,
@@ -170,7 +170,7 @@ class SftRun:
             if config.sft.data != "task":
                 sets = [EvalSet("held_out", eval_examples)]
             greedy = GreedyEvaluation(config, self.model, self.tokenizer, sets)
-        self.evaluate = policy_evaluation(
+        self.evaluate = PolicyEvaluation(
             config, self.held_out_loss, greedy, lambda: self.learner.params
         )
         self._eval_fn = jax.jit(
