@@ -16,8 +16,12 @@ weight, the learning rate, the batch size, value pretraining and decoupled actor
 lambdas.
 """
 
+from jaxrl_llm.config_files import sibling_module
+
 # The tiny config of the same shape, which tests validate these trials against.
 TINY_CONFIG = "experiments/configs/ppo_prm_steps_tiny.py"
+# The setting the lever ablation starts from, which the last probe tries before the final runs.
+BEST_PPO = sibling_module(__file__, "ppo_lever_ablation.py").BEST_PPO
 
 # The `--set` flags above make every probe success-only (no process reward model: the summed
 # placement without one is plain PPO), 12 steps, evaluated every 4.
@@ -36,4 +40,7 @@ def sweep():
         # 12 steps (appended, so the earlier trials keep their names):
         {"critic.pretrain_steps": 8},  # VC-PPO's value pretraining on the SFT policy's rollouts
         {"loss.lam": 0.95, "loss.critic_lam": 1.0},  # VC-PPO's decoupled lambdas
+        # Added after the rate probe held (3e-6: +4.5 on the selection side): the ablation's
+        # best setting, on the selection side, before its 3-seed runs
+        dict(BEST_PPO),
     ]

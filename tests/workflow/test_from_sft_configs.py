@@ -114,6 +114,12 @@ def test_the_ablation_turns_one_lever_off_per_trial():
     # the levers docs/ppo.md names for Xu et al. and VC-PPO, each on in the best setting
     assert best["loss.whiten_advantages"] and best["train.grad_accumulation"] > 1
     assert best["reference.ema_decay"] > 0 and best["critic.pretrain_steps"] > 0
+    # the rate the probes chose on the selection side, under the methods table's (which fell);
+    # the probes' last trial runs the whole setting on the selection side before the final runs
+    full_ppo = load_config(f"{FULL}:ppo")
+    assert best["optimizer.learning_rate"] < full_ppo.optimizer.learning_rate
+    assert off["lower rate"] == {"optimizer.learning_rate": full_ppo.optimizer.learning_rate}
+    assert sweeps.load_sweep(os.path.join(SWEEPS, "ppo_sft_probes.py"))[-1] == best
     for path in (f"{TINY}:ppo", f"{FULL}:ppo"):
         for trial, config in zip(trials, sweeps.check_trials(path, trials), strict=True):
             assert all(_field(config, k) == v for k, v in trial.items())
