@@ -14,8 +14,12 @@ picks the method:
 
 - `:grpo`: the main job's recipe (grpo_smollm2.py, "stable": dynamic sampling, KL 0.04, cosine
   rate 3e-5, temperature 1, an entropy floor).
-- `:ppo`: success-only PPO as ppo_prm_steps_smollm2.py runs it from this start (lambda 1, rate
-  1e-5, temperature 0.7), without the process reward model: the verifier's reward alone.
+- `:ppo`: success-only PPO (the verifier's reward alone, no process reward model) at the best
+  setting, BEST_PPO: ppo_prm_steps_smollm2.py's (lambda 1, temperature 0.7) at the rate the
+  probes chose on the selection side (3e-6; 1e-5 fell, docs/ppo.md), with advantage
+  whitening, a reference that follows the policy as a moving average and value pretraining
+  (Xu et al. 2404.10719, VC-PPO 2503.01491), at the table's batch; BEST_PPO's larger batch
+  is one lever of experiments/sweeps/ppo_lever_ablation.py, whose "large batch" arm is this.
 - `:online_dpo`: online DPO (online_dpo_smollm2.py: the best / worst sample of each group, rate
   1e-5, temperature 0.7; the reference is the SFT policy).
 - `:dpo`: offline DPO (dpo_smollm2.py: sigmoid, beta 0.1, rate 5e-6) on pairs of the SFT
@@ -53,6 +57,22 @@ DPO_SAMPLES_PER_PROMPT = 8
 DPO_PROMPTS = SAMPLED_COMPLETIONS // DPO_SAMPLES_PER_PROMPT
 EVAL_EVERY = 5
 
+# PPO's best setting from this start, chosen on the selection side (docs/ppo.md): the probes'
+# rate and the levers of Xu et al. and VC-PPO. The methods table runs it at its own batch
+# (BATCH_KEYS at PROMPTS a step, one micro-batch); the lever ablation as it is.
+BEST_PPO = {
+    "optimizer.learning_rate": 3e-6,  # 1e-5 fell 13 points in 12 steps, 3e-6 gained
+    "loss.whiten_advantages": True,
+    # 16 prompts x 4 completions a step, as 2 micro-batches of 32 rows (the memory of one)
+    "rollout.num_prompts": 16,
+    "train.grad_accumulation": 2,
+    # the reference about 1 / (1 - 0.9) = 10 actor updates behind the policy
+    "reference.ema_decay": 0.9,
+    # 4 critic-only batches of Monte Carlo returns before step 1
+    "critic.pretrain_steps": 4,
+}
+BATCH_KEYS = ("rollout.num_prompts", "train.grad_accumulation")
+
 
 def check_method(method: str, file: str, choices=METHODS) -> None:
     """Raises ValueError, one line naming the choices, for an argument after ':' not in them."""
@@ -77,11 +97,15 @@ def _online(file_name: str, *args):
 def _method_config(method: str):
     if method == "grpo":  # the main job's config, its "stable" recipe
         return _online("grpo_smollm2.py")
-    if method == "ppo":  # the success-only arm of the process-reward sweep
+    if method == "ppo":  # the success-only arm of the process-reward sweep, at its best setting
         config = _online("ppo_prm_steps_smollm2.py", "rl")
         with config.unlocked():
             config.rewards.process_model = ""
             config.rewards.process_placement = "summed"
+            for key, value in BEST_PPO.items():
+                if key not in BATCH_KEYS:  # the table's batch: PROMPTS, one micro-batch
+                    section, field = key.split(".")
+                    config[section][field] = value
         return config
     if method == "online_dpo":
         return _online("online_dpo_smollm2.py")

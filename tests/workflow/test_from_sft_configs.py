@@ -55,7 +55,12 @@ def test_every_method_starts_from_the_sft_policy_on_the_steps_task():
     grpo, ppo, online_dpo, dpo = (configs[m] for m in METHODS)
     assert all(_field(grpo, k) == v for k, v in STABLE_GRPO.items())  # the main job's recipe
     assert (ppo.rewards.process_model, ppo.rewards.process_placement) == ("", "summed")
-    assert ppo.loss.lam == 1.0 and ppo.optimizer.learning_rate == 1e-5  # as it fell before
+    # the best setting (chosen on the selection side) at the table's batch
+    best = load_module(FULL).BEST_PPO
+    assert ppo.loss.lam == 1.0 and ppo.optimizer.learning_rate == best["optimizer.learning_rate"]
+    assert ppo.reference.ema_decay == best["reference.ema_decay"] > 0
+    assert ppo.critic.pretrain_steps == best["critic.pretrain_steps"] > 0
+    assert ppo.rollout.num_prompts == 8 and ppo.train.grad_accumulation == 1
     assert online_dpo.optimizer.learning_rate == 1e-5
     assert dpo.stage == "preference" and dpo.preference.loss_type == "sigmoid"
     assert dpo.preference.pairs == ""  # made from the SFT policy's samples by the verifier
@@ -114,12 +119,16 @@ def test_the_ablation_turns_one_lever_off_per_trial():
     # the levers docs/ppo.md names for Xu et al. and VC-PPO, each on in the best setting
     assert best["loss.whiten_advantages"] and best["train.grad_accumulation"] > 1
     assert best["reference.ema_decay"] > 0 and best["critic.pretrain_steps"] > 0
-    # the rate the probes chose on the selection side, under the methods table's (which fell);
-    # the probes' last trial runs the whole setting on the selection side before the final runs
-    full_ppo = load_config(f"{FULL}:ppo")
-    assert best["optimizer.learning_rate"] < full_ppo.optimizer.learning_rate
-    assert off["lower rate"] == {"optimizer.learning_rate": full_ppo.optimizer.learning_rate}
+    # the rate the probes chose on the selection side, under the one that fell; the probes'
+    # last trial runs the whole setting on the selection side before the final runs
+    fell = load_config(os.path.join(CONFIGS, "ppo_prm_steps_smollm2.py:rl"))
+    assert best["optimizer.learning_rate"] < fell.optimizer.learning_rate
+    assert off["lower rate"] == {"optimizer.learning_rate": fell.optimizer.learning_rate}
     assert sweeps.load_sweep(os.path.join(SWEEPS, "ppo_sft_probes.py"))[-1] == best
+    # the ablation's "large batch" arm is the methods table's PPO
+    methods_ppo = load_config(f"{FULL}:ppo")
+    large_off = {**best, **off["large batch"]}
+    assert all(_field(methods_ppo, k) == v for k, v in large_off.items())
     for path in (f"{TINY}:ppo", f"{FULL}:ppo"):
         for trial, config in zip(trials, sweeps.check_trials(path, trials), strict=True):
             assert all(_field(config, k) == v for k, v in trial.items())
