@@ -177,9 +177,12 @@ def write_plan(sweep_dir: str, config_path: str, trials: Sequence[Trial], **extr
 
 
 def is_finished(trial: Trial) -> bool:
-    """True when the trial's summary.json records its configured number of steps."""
+    """True when the trial's summary.json records its configured number of steps, or a stop
+    its config asked for ("ended_early": the reward-model check); a run stopped by a signal or
+    a crash is unfinished (rerunning it resumes it)."""
     path = os.path.join(trial.workdir, "summary.json")
     if trial.num_steps is None or not os.path.exists(path):
         return False
     with open(path) as f:
-        return json.load(f).get("steps") == trial.num_steps
+        summary = json.load(f)
+    return summary.get("steps") == trial.num_steps or "ended_early" in summary

@@ -85,7 +85,8 @@ def rewards_section() -> ml_collections.ConfigDict:
     # reward/model_verifier_auc (1: agree, 0.5: chance). Under model_check_auc for
     # model_check_steps steps in a row, model_check_action: "flag" (a warning and
     # reward/model_check_flagged on the step) or "stop" (the step is saved and evaluated and the
-    # run ends, summary.json's "stopped_by" saying why). 0 = no check (the AUC is still logged).
+    # run ends as finished, summary.json's "ended_early" saying why: a sweep does not rerun it).
+    # 0 = no check (the AUC is still logged).
     c.model_check_auc = 0.0
     c.model_check_steps = 3
     c.model_check_action = "flag"

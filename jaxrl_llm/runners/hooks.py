@@ -51,7 +51,7 @@ class StepRecord:
       last: the run stops after this step (its last configured step, or its time budget).
       stop_reason: set by a hook that ends the run after this step (with `last`, so the hooks
         after it save and log the step as the last one); the runner records it in summary.json
-        as "stopped_by".
+        as "ended_early", and the sweep launcher counts such a run as finished.
     """
 
     step: int

@@ -194,7 +194,7 @@ def run_online(
                 break
             if record.stop_reason:  # a hook ended the run (the reward-model check)
                 print(f"[jaxrl_llm] stopping after step {step + 1}: {record.stop_reason}")
-                run.summary["stopped_by"] = record.stop_reason
+                run.summary["ended_early"] = record.stop_reason
                 break
             if out_of_time:
                 print(

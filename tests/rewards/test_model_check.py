@@ -129,7 +129,7 @@ def test_flag_marks_each_streak_and_the_run_goes_on(tmp_path, text_reward, rando
     assert all(abs(r["reward/model"]) < 1e-5 for r in steps)
     assert [r["step"] for r in steps if r.get("reward/model_check_flagged")] == [2, 4]
     assert summary["steps"] == 4 and summary["model_check"] == {"flagged_steps": [2, 4]}
-    assert "stopped_by" not in summary
+    assert "ended_early" not in summary
 
 
 def test_stop_ends_the_run_after_the_tripping_step_saved_and_evaluated(
@@ -137,7 +137,7 @@ def test_stop_ends_the_run_after_the_tripping_step_saved_and_evaluated(
 ):
     summary, rows, workdir = _run(tmp_path, random_reward_model, "stop")
     assert summary["steps"] == 2 and summary["model_check"] == {"flagged_steps": [2]}
-    assert summary["stopped_by"].startswith("config.rewards.model_check_auc: the reward model")
+    assert summary["ended_early"].startswith("config.rewards.model_check_auc: the reward model")
     assert "eval_after" in summary  # the held-out evaluation of the step it stopped at
     assert [r["step"] for r in rows if "eval/accuracy" in r] == [2]
     assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]

@@ -205,6 +205,19 @@ def test_finished_trials_are_reused(tmp_path):
     assert [r.status for r in backends.run_local([trial], rerun=True)] == ["ok"]
 
 
+def test_a_run_its_config_ended_early_is_finished_and_a_signalled_one_is_not(tmp_path):
+    [trial] = _fake_trials(tmp_path, [0])
+    os.makedirs(trial.workdir)
+    path = os.path.join(trial.workdir, "summary.json")
+    with open(path, "w") as f:  # SIGTERM after step 0 of 1: resumed when relaunched
+        json.dump({"steps": 0, "stopped_by": "SIGTERM"}, f)
+    assert not plan.is_finished(trial)
+    with open(path, "w") as f:  # the reward-model check ended it: done, as asked
+        json.dump({"steps": 0, "ended_early": "config.rewards.model_check_auc: ..."}, f)
+    assert plan.is_finished(trial)
+    assert [r.status for r in backends.run_local([trial])] == ["reused"]
+
+
 def _curve_trial(tmp_path, index, overrides, curve, entropy=(0.8, 0.6)):
     """A finished-on-run trial that logs held-out accuracies `curve` at steps 0, 1, ... and
     sampled entropies `entropy` at steps 1, 2, ..."""
