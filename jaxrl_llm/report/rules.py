@@ -53,6 +53,11 @@ ADDED_KEYS = {
     "stabilise.clip_cov_rate": ("stabilise.entropy_max_coef", 1.0),
     "stabilise.clip_cov_min_fraction": ("stabilise.entropy_max_coef", 0.002),
     "stabilise.clip_cov_max_fraction": ("stabilise.entropy_max_coef", 0.3),
+    # the reward-model check and per-batch whitening of reward models (2026-12-06), off before
+    "rewards.model_check_auc": ("rewards.model", 0.0),
+    "rewards.model_check_steps": ("rewards.model", 3),
+    "rewards.model_check_action": ("rewards.model", "flag"),
+    "rewards.model_whiten": ("rewards.model", False),
 }
 
 
