@@ -101,6 +101,24 @@ def random_reward_model(tmp_path):
     return path
 
 
+@pytest.fixture
+def contrary_reward_model(monkeypatch, text_reward):
+    """A "reward model" that prefers exactly what the tests' odd-length verifier calls wrong:
+    its AUC is 0 at every step whose samples hold both kinds."""
+    from jaxrl_llm.runners import components
+
+    class Contrary:
+        def __init__(self, model, tokenizer, **kwargs):
+            del model, tokenizer, kwargs
+
+        def __call__(self, prompts, completions):
+            return np.array([1.0 - len(c) % 2 for c in completions], np.float32)
+
+    monkeypatch.setattr(components, "load_scalar_model", lambda path: None)
+    monkeypatch.setattr(components, "ModelReward", Contrary)
+    return "contrary"
+
+
 def _run(tmp_path, model, action, **more):
     from jaxrl_llm.runners import train
 
@@ -117,31 +135,44 @@ def _run(tmp_path, model, action, **more):
     }
     workdir = tmp_path / action
     summary = train(load_config(GRPO_TINY, overrides), str(workdir), progress=False)
-    return summary, read_metrics(str(workdir)), workdir
+    steps = [r for r in read_metrics(str(workdir)) if "train/rows" in r]
+    return summary, steps, workdir
+
+
+def _trips(steps, min_auc=1.0, streak=2):
+    """The steps at which a `ModelCheck` fed the logged AUCs trips (a step whose samples were
+    all right or all wrong logs none; which steps those are depends on the sampled text)."""
+    check = ModelCheck(min_auc=min_auc, steps=streak)
+    return [r["step"] for r in steps if check.observe(r.get("reward/model_verifier_auc"))]
 
 
 def test_flag_marks_each_streak_and_the_run_goes_on(tmp_path, text_reward, random_reward_model):
-    summary, rows, _ = _run(tmp_path, random_reward_model, "flag", **{"rewards.model_whiten": True})
-    steps = [r for r in rows if "train/rows" in r]
-    aucs = [r["reward/model_verifier_auc"] for r in steps]
-    assert len(aucs) == 4 and all(0.0 <= a < 1.0 for a in aucs)  # the odd-length verdicts mix
+    summary, steps, _ = _run(
+        tmp_path, random_reward_model, "flag", **{"rewards.model_whiten": True}
+    )
+    assert [r["step"] for r in steps] == [1, 2, 3, 4] and "ended_early" not in summary
+    aucs = [r["reward/model_verifier_auc"] for r in steps if "reward/model_verifier_auc" in r]
+    assert aucs and all(0.0 <= a <= 1.0 for a in aucs)  # 8 samples a step: both kinds, mostly
+    flagged = [r["step"] for r in steps if r.get("reward/model_check_flagged")]
+    assert flagged == _trips(steps)
+    assert summary.get("model_check", {"flagged_steps": []})["flagged_steps"] == flagged
     # whitened over each step's samples: the reward model's scores average 0
     assert all(abs(r["reward/model"]) < 1e-5 for r in steps)
-    assert [r["step"] for r in steps if r.get("reward/model_check_flagged")] == [2, 4]
-    assert summary["steps"] == 4 and summary["model_check"] == {"flagged_steps": [2, 4]}
-    assert "ended_early" not in summary
 
 
 def test_stop_ends_the_run_after_the_tripping_step_saved_and_evaluated(
-    tmp_path, text_reward, random_reward_model
+    tmp_path, contrary_reward_model
 ):
-    summary, rows, workdir = _run(tmp_path, random_reward_model, "stop")
-    assert summary["steps"] == 2 and summary["model_check"] == {"flagged_steps": [2]}
+    summary, steps, workdir = _run(tmp_path, contrary_reward_model, "stop")
+    assert all(r.get("reward/model_verifier_auc", 0.0) == 0.0 for r in steps)  # always contrary
+    stop = _trips(steps)[0]  # the second step with both kinds of samples (step 2 here)
+    assert [r["step"] for r in steps][-1] == stop == summary["steps"] < 4
+    assert summary["model_check"] == {"flagged_steps": [stop]}
     assert summary["ended_early"].startswith("config.rewards.model_check_auc: the reward model")
     assert "eval_after" in summary  # the held-out evaluation of the step it stopped at
-    assert [r["step"] for r in rows if "eval/accuracy" in r] == [2]
-    assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]
-    assert json.loads((workdir / "summary.json").read_text())["steps"] == 2
+    assert [r["step"] for r in read_metrics(str(workdir)) if "eval/accuracy" in r] == [stop]
+    assert max(int(s) for s in os.listdir(workdir / "checkpoints")) == stop
+    assert json.loads((workdir / "summary.json").read_text())["steps"] == stop
 
 
 def test_whitening_puts_each_member_on_one_scale_before_the_ensemble_combines():
