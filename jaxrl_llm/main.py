@@ -20,6 +20,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from jaxrl_llm import compilation_cache
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "A config file with get_config().")
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (checkpoints, metrics); resumes if it has a checkpoint."
@@ -46,7 +48,7 @@ _GIN_BINDINGS = flags.DEFINE_multi_string(
 )
 _CACHE = flags.DEFINE_string(
     "compilation_cache",
-    os.path.join(os.path.expanduser("~"), ".cache", "jaxrl_llm", "xla"),
+    compilation_cache.DEFAULT_DIRECTORY,
     "Directory of JAX's persistent compilation cache (a resumed or repeated run skips most "
     "compilation); empty to disable.",
 )
@@ -63,10 +65,7 @@ def main(argv):
     distributed.initialize()  # joins a multi-process run (JAX_* variables); else nothing
     config = _CONFIG.value
     if _CACHE.value:
-        import jax
-
-        jax.config.update("jax_compilation_cache_dir", _CACHE.value)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
+        compilation_cache.use_compilation_cache(_CACHE.value)
     if config is None or _WORKDIR.value is None:
         raise app.UsageError("--config and --workdir are required.")
     try:

@@ -26,7 +26,9 @@ of its own, until its held-out greedy accuracy reaches `--target` or its trainin
 
 The clock. Each side's wall time runs from the start of its training: model load, data, the
 trainer's or runner's construction and every compilation included (no persistent compilation
-cache on our side), module imports excluded on both. Evaluation is excluded from both: the clock
+cache on our side, unless `--compilation-cache DIR` gives one: "cold" when DIR is empty, the
+first run, "warm" when an earlier run filled it, a user's second run; the report says which),
+module imports excluded on both. Evaluation is excluded from both: the clock
 is paused while the held-out set is decoded and scored (and while TRL's weights are copied into
 our model, or Tunix's written out for it); building TRL's evaluator happens before its clock
 starts, ours is built inside our runner (held-out questions and an `Evaluator` object, well under
@@ -147,12 +149,15 @@ class Curve:
       points: {"step", "wall_s", "accuracy", "eval_s"} per evaluation, in order.
       stopped_by: "target", "cap" or "steps" (empty while running).
       peak_rss_gb: the side's process's peak resident memory.
+      compilation_cache: our side's persistent compilation cache: "off", "cold" (empty at the
+        start) or "warm" (filled by an earlier run); "" for a peer.
     """
 
     system: str
     points: list[dict] = dataclasses.field(default_factory=list)
     stopped_by: str = ""
     peak_rss_gb: float = float("nan")
+    compilation_cache: str = ""
 
     def record(self, step: int, clock: TrainingClock, evaluate: Callable[[], float]) -> float:
         """Evaluates with the clock paused and appends the point; returns the accuracy."""
@@ -241,15 +246,17 @@ def from_export(config, export_dir: str):
     )
 
 
-def run_ours(config, export_dir: str, race: Race, workdir: str) -> Curve:
-    """Our GRPO runner (`jaxrl_llm.runners.train`) with `AccuracyCurveHook` as its evaluation."""
-    import jax
-
+def run_ours(
+    config, export_dir: str, race: Race, workdir: str, cache_dir: str | None = None
+) -> Curve:
+    """Our GRPO runner (`jaxrl_llm.runners.train`) with `AccuracyCurveHook` as its evaluation;
+    JAX's persistent compilation cache in `cache_dir`, or off (every compile counts)."""
+    from jaxrl_llm.compilation_cache import use_compilation_cache
     from jaxrl_llm.runners import Hook, MetricsHook, NonFiniteGuard, train
 
-    jax.config.update("jax_enable_compilation_cache", False)  # compiles count, every time
+    cache = use_compilation_cache(cache_dir)
     config = from_export(config, export_dir)
-    curve = Curve(SYSTEMS["ours"])
+    curve = Curve(SYSTEMS["ours"], compilation_cache=cache)
 
     class AccuracyCurveHook(Hook):
         """Evaluates before the first step and as `race` says; stops the loop when it says."""
@@ -654,6 +661,8 @@ def run_side(args, race: Race) -> None:
         side = functools.partial(run_tunix, tunix_python=args.tunix_python)
     elif args.side == "trl":
         side = functools.partial(run_trl, nearest=args.trl_nearest)
+    elif args.side == "ours":
+        side = functools.partial(run_ours, cache_dir=args.compilation_cache)
     else:
         side = SIDES[args.side]
     with tempfile.TemporaryDirectory() as workdir:
@@ -703,6 +712,12 @@ def main():
         "none; an adaptive entropy weight: its Skywork-OR1 control), the differences printed",
     )
     parser.add_argument("--skip-ours", action="store_true")
+    parser.add_argument(
+        "--compilation-cache",
+        metavar="DIR",
+        help="our side with JAX's persistent compilation cache in DIR (empty: 'cold', the first "
+        "run; filled by an earlier run: 'warm', a user's second); default off",
+    )
     parser.add_argument("--tunix-python", help="a Python with google-tunix: adds Tunix")
     parser.add_argument("--out", default="time_to_accuracy", help="writes OUT.png and OUT.json")
     parser.add_argument("--side", choices=["export", *SYSTEMS], help=argparse.SUPPRESS)
@@ -748,6 +763,9 @@ def main():
         f"{args.cap_min:g} min a side, evaluated every {race.eval_every} steps; each side in "
         f"its own process, one after the other; load average at the end {load:.1f}"
     )
+    ours = curves.get(SYSTEMS["ours"])
+    if ours is not None:
+        print(f"Our side's persistent compilation cache: {ours.compilation_cache}")
     print("\n".join(report(curves, race)))
     if differences:
         print("\nWhere TRL's side differs from the recipe (--trl-nearest):")

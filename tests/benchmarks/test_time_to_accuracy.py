@@ -209,7 +209,27 @@ def _assert_stopped_by_the_cap(curve):
 
 def test_our_side_gives_a_curve(tiny_export, tmp_path):
     config, export_dir = tiny_export
-    _assert_stopped_by_the_cap(tta.run_ours(config, export_dir, SHORT_RACE, str(tmp_path)))
+    curve = tta.run_ours(config, export_dir, SHORT_RACE, str(tmp_path))
+    _assert_stopped_by_the_cap(curve)
+    assert curve.compilation_cache == "off"  # every compile counts unless a cache is given
+
+
+def test_our_side_says_whether_its_compilation_cache_was_warm(tiny_export, tmp_path):
+    import jax
+
+    keys = ("jax_enable_compilation_cache", "jax_compilation_cache_dir")
+    saved = {key: getattr(jax.config, key) for key in keys}
+    (tmp_path / "xla").mkdir()
+    (tmp_path / "xla" / "entry").write_bytes(b"x")  # as an earlier run leaves it
+    try:
+        config, export_dir = tiny_export
+        curve = tta.run_ours(
+            config, export_dir, SHORT_RACE, str(tmp_path), cache_dir=str(tmp_path / "xla")
+        )
+    finally:
+        for key, value in saved.items():
+            jax.config.update(key, value)
+    assert curve.compilation_cache == "warm"
 
 
 def test_trl_side_gives_a_curve(tiny_export, tmp_path):
