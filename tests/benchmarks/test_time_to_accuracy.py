@@ -2,7 +2,10 @@
 prompts, reward and weight conversions, and our side and TRL's end to end on the tiny random
 model (TRL's skipped without the peers extra; Tunix's needs its own interpreter, not run here)."""
 
+import dataclasses
 import importlib.util
+import json
+import math
 import os
 import sys
 
@@ -326,3 +329,38 @@ def test_tunix_recipe_mirrors_ours_and_refuses_a_reference(tunix_side):
     apply_overrides(config, {"loss.kl_beta": 0.04})
     with pytest.raises(ValueError, match=r"config\.loss\.kl_beta .* set it to 0"):
         tunix_side.tunix_recipe(config, race)
+
+
+def _seeds_module():
+    path = os.path.join(ROOT, "experiments", "benchmarks", "time_to_accuracy_seeds.py")
+    spec = importlib.util.spec_from_file_location("time_to_accuracy_seeds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_seeds_ratio_is_a_geometric_mean_with_a_t_interval(tmp_path, capsys):
+    seeds = _seeds_module()
+    ours, trl = tta.SYSTEMS["ours"], tta.SYSTEMS["trl"]
+    races = []
+    # ours reaches 20% at 50 / 100 / 200 s, TRL at 100 s each time: ratios 0.5, 1, 2
+    for i, ours_s in enumerate((50.0, 100.0, 200.0)):
+        curves = {
+            ours: _curve(ours, [(0, 10.0, 0.05), (5, ours_s, 0.20)]),
+            trl: _curve(trl, [(0, 12.0, 0.05), (5, 100.0, 0.25)]),
+        }
+        path = tmp_path / f"race{i}.json"
+        path.write_text(json.dumps({k: dataclasses.asdict(c) for k, c in curves.items()}))
+        races.append(str(path))
+    assert seeds.race_ratio(seeds.load_race(races[0]), 0.2) == (0.5, "")
+    mean, low, high = seeds.geometric_interval([0.5, 1.0, 2.0])
+    assert mean == pytest.approx(1.0)
+    # logs -0.693, 0, 0.693: sd 0.693, t(0.975, 2) = 4.303, half-width 4.303 * 0.693 / sqrt(3)
+    assert low == pytest.approx(math.exp(-4.303 * math.log(2) / math.sqrt(3)), rel=1e-3)
+    assert high == pytest.approx(1 / low)
+    assert seeds.race_ratio(seeds.load_race(races[0]), 0.3)[1] == (
+        "ours and TRL did not reach 30.0%"
+    )
+    assert seeds.main(["--level", "0.2", *races]) == 0
+    assert "Geometric mean over 3 races: 1.00 [" in capsys.readouterr().out
+    assert seeds.main(["--level", "0.3", *races]) == 1
