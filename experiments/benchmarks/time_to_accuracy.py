@@ -643,9 +643,6 @@ def _seconds(value: float | None) -> str:
     return "not reached" if value is None else f"{value:.0f}"
 
 
-SIDES = {"ours": run_ours, "trl": run_trl}
-
-
 def run_side(args, race: Race) -> None:
     """A child process: the export, or one side, printing its curve as a result line."""
     from machine import peak_rss_bytes
@@ -661,10 +658,8 @@ def run_side(args, race: Race) -> None:
         side = functools.partial(run_tunix, tunix_python=args.tunix_python)
     elif args.side == "trl":
         side = functools.partial(run_trl, nearest=args.trl_nearest)
-    elif args.side == "ours":
+    else:  # "ours"
         side = functools.partial(run_ours, cache_dir=args.compilation_cache)
-    else:
-        side = SIDES[args.side]
     with tempfile.TemporaryDirectory() as workdir:
         curve = side(config, args.export_dir, race, workdir)
     if math.isnan(curve.peak_rss_gb):  # Tunix's is its training process's, reported by it

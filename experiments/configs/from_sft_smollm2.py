@@ -41,6 +41,7 @@ same problems and scorer, logged as the online runs log it) before and after its
 `jaxrl_llm.report` puts it in the same table.
 """
 
+from jaxrl_llm.config import apply_overrides
 from jaxrl_llm.config_files import sibling_config, sibling_module
 
 # The start and the task are ppo_prm_steps_smollm2.py's (its :sft stage writes the policy).
@@ -102,11 +103,8 @@ def _method_config(method: str):
         with config.unlocked():
             config.rewards.process_model = ""
             config.rewards.process_placement = "summed"
-            for key, value in BEST_PPO.items():
-                if key not in BATCH_KEYS:  # the table's batch: PROMPTS, one micro-batch
-                    section, field = key.split(".")
-                    config[section][field] = value
-        return config
+        # the table's batch: PROMPTS a step, one micro-batch
+        return apply_overrides(config, {k: v for k, v in BEST_PPO.items() if k not in BATCH_KEYS})
     if method == "online_dpo":
         return _online("online_dpo_smollm2.py")
     config = sibling_config(__file__, "dpo_smollm2.py")
