@@ -34,6 +34,11 @@ from jaxrl_llm.rewards.model_check import AUC_KEY, ModelCheck
 
 log = logging.getLogger(__name__)
 
+# Keys of the checkpointed run meta (`RunContext.meta`): the reward-model check's streak of low
+# steps, and the reason a hook ended the run, which a resumed run reads instead of training on.
+STREAK_KEY = "model_check_low_steps"
+ENDED_EARLY_KEY = "ended_early"
+
 
 class NonFiniteLossError(RuntimeError):
     """Too many consecutive steps had a non-finite loss or gradient."""
@@ -51,7 +56,8 @@ class StepRecord:
       last: the run stops after this step (its last configured step, or its time budget).
       stop_reason: set by a hook that ends the run after this step (with `last`, so the hooks
         after it save and log the step as the last one); the runner records it in summary.json
-        as "ended_early", and the sweep launcher counts such a run as finished.
+        as "ended_early", and the sweep launcher counts such a run as finished. The hook also
+        puts it in the run's meta (`ENDED_EARLY_KEY`), which the step's checkpoint saves.
     """
 
     step: int
@@ -236,7 +242,11 @@ class RewardModelCheck(Hook):
         self.check, self.action = ModelCheck(min_auc=min_auc, steps=steps), action
 
     def on_step(self, run: RunContext, record: StepRecord) -> None:
-        if not self.check.observe(record.scalars.get(AUC_KEY)):
+        # the streak lives in the checkpointed meta, so a resumed run goes on counting it
+        self.check.low = run.meta.get(STREAK_KEY, 0)
+        tripped = self.check.observe(record.scalars.get(AUC_KEY))
+        run.meta[STREAK_KEY] = self.check.low
+        if not tripped:
             return
         c = self.check
         what = (
@@ -248,6 +258,8 @@ class RewardModelCheck(Hook):
         flagged["flagged_steps"].append(record.step)
         if self.action == "stop":
             record.last, record.stop_reason = True, f"config.rewards.model_check_auc: {what}"
+            # saved with this step's checkpoint: resuming the run does not train past the stop
+            run.meta[ENDED_EARLY_KEY] = record.stop_reason
             return
         record.scalars["reward/model_check_flagged"] = 1.0
         log.warning("Step %d: %s.", record.step, what)

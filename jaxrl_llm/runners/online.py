@@ -35,7 +35,7 @@ from jaxrl_llm.rewards.user_loading import UserRewardFns
 from jaxrl_llm.runners.collectors import Collector
 from jaxrl_llm.runners.components import Roles, RunParts, build_parts, build_roles
 from jaxrl_llm.runners.episode_player import EpisodePlayer
-from jaxrl_llm.runners.hooks import Hook, default_hooks
+from jaxrl_llm.runners.hooks import ENDED_EARLY_KEY, Hook, default_hooks
 from jaxrl_llm.runners.lifecycle import StopSignal, check_resumable
 from jaxrl_llm.runners.online_async import AsyncSchedule
 from jaxrl_llm.runners.online_run import OnlineRun
@@ -178,7 +178,12 @@ def run_online(
         run.pretrain_critic()  # value pretraining, when the algorithm asks for it
         schedule.start(run)
         train_start = time.time()
-        for step in range(run.meta["step"], config.train.num_steps):
+        first_step = run.meta["step"]
+        if run.meta.get(ENDED_EARLY_KEY):  # resumed after a hook ended it: it stays ended
+            print(f"[jaxrl_llm] this run ended at step {first_step}: {run.meta[ENDED_EARLY_KEY]}")
+            run.summary["ended_early"] = run.meta[ENDED_EARLY_KEY]
+            first_step = config.train.num_steps
+        for step in range(first_step, config.train.num_steps):
             record = schedule.step(run, step)
             budget = config.train.max_time_s
             out_of_time = bool(budget) and time.time() - train_start > budget

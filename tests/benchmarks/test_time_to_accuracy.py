@@ -362,5 +362,14 @@ def test_the_seeds_ratio_is_a_geometric_mean_with_a_t_interval(tmp_path, capsys)
         "ours and TRL did not reach 30.0%"
     )
     assert seeds.main(["--level", "0.2", *races]) == 0
-    assert "Geometric mean over 3 races: 1.00 [" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "time to the level, geometric mean over 3 races: 1.00 [" in out
+    # seconds a step from step 0 to the last: ours (ours_s - 10) / 5, TRL's 88 / 5
+    assert seeds.race_step_ratio(seeds.load_race(races[0])) == pytest.approx(40.0 / 88.0)
+    assert "seconds a step, geometric mean over 3 races:" in out
     assert seeds.main(["--level", "0.3", *races]) == 1
+    # a warm-cache run of our side alone (--skip-trl) races the TRL side of the first run
+    warm = tmp_path / "warm.json"
+    warm.write_text(json.dumps({ours: dataclasses.asdict(_curve(ours, [(5, 25.0, 0.2)]))}))
+    assert seeds.race_ratio(seeds.load_race(str(warm)), 0.2) == (None, "the race lacks a side")
+    assert seeds.race_ratio(seeds.load_race(f"{warm}+{races[0]}"), 0.2) == (0.25, "")

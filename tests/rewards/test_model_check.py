@@ -173,6 +173,19 @@ def test_stop_ends_the_run_after_the_tripping_step_saved_and_evaluated(
     assert [r["step"] for r in read_metrics(str(workdir)) if "eval/accuracy" in r] == [stop]
     assert max(int(s) for s in os.listdir(workdir / "checkpoints")) == stop
     assert json.loads((workdir / "summary.json").read_text())["steps"] == stop
+    # started again by hand on the same directory, it stays stopped: nothing more is trained
+    again, steps_again, _ = _run(tmp_path, contrary_reward_model, "stop")
+    assert again["steps"] == stop and again["ended_early"] == summary["ended_early"]
+    assert [r["step"] for r in steps_again] == [r["step"] for r in steps]
+    assert max(int(s) for s in os.listdir(workdir / "checkpoints")) == stop
+
+
+def test_a_resumed_run_goes_on_counting_the_streak(tmp_path, contrary_reward_model):
+    # a run ended after its first step (one low step counted), then resumed to its 4 steps
+    _, first, _ = _run(tmp_path, contrary_reward_model, "stop", **{"train.num_steps": 1})
+    resumed, steps, _ = _run(tmp_path, contrary_reward_model, "stop")
+    assert "reward/model_verifier_auc" in first[0]  # step 1 starts the streak
+    assert resumed["steps"] == _trips(steps)[0] < 4  # where an uninterrupted run stops
 
 
 def test_whitening_puts_each_member_on_one_scale_before_the_ensemble_combines():
