@@ -25,6 +25,19 @@ picks the method:
 - `:dpo`: offline DPO (dpo_smollm2.py: sigmoid, beta 0.1, rate 5e-6) on pairs of the SFT
   policy's own samples at temperature 1, labelled by the verifier, made before training.
 
+Two more arms start from the same policy once PPO gains from it (docs/pipeline.md): the best PPO
+with a learned reward, at the same batch and budget.
+
+- `:ppo_prm`: `:ppo` plus the process reward model's step rewards placed densely (the `:prm`
+  stage of ppo_prm_steps_smollm2.py); experiments/sweeps/prm_refinement.py sets the refinement
+  (none, Clip, Delta), and its success-only arm is `:ppo` itself (Gao et al. 2410.15115).
+- `:ppo_rm`: PPO against the outcome reward model alone (the `:rm` stage; the verifier only
+  measures), with the library's levers against over-optimisation: each step's scores whitened,
+  a KL penalty to the SFT policy itself (the reference frozen there, not BEST_PPO's moving
+  average, which would follow a hacking policy), and a stop after 3 steps in a row where the
+  model ranks the verifier's right samples above its wrong ones with an AUC under 0.6
+  (Gao, Schulman and Hilton 2210.10760 on over-optimisation; InstructGPT's KL 2203.02155).
+
 The budget is matched in sampled completions and in pair updates. Each online method samples
 STEPS x PROMPTS x GROUP = 30 x 8 x 4 = 960 completions of the current policy and makes 30
 updates (one minibatch a step). Offline DPO samples 120 prompts x 8 = 960 completions of the
@@ -50,6 +63,7 @@ SFT_MODEL = _STEPS_CONFIG.SFT_MODEL
 MAX_NEW_TOKENS = _STEPS_CONFIG.MAX_NEW_TOKENS
 
 METHODS = ("grpo", "ppo", "online_dpo", "dpo")
+LEARNED_REWARD_ARMS = ("ppo_prm", "ppo_rm")
 # The budget (module docstring): online steps x prompts a step x completions a prompt, and the
 # offline samples per prompt; offline DPO's prompts are what makes its samples the same count.
 STEPS, PROMPTS, GROUP = 30, 8, 4
@@ -73,6 +87,18 @@ BEST_PPO = {
     "critic.pretrain_steps": 4,
 }
 BATCH_KEYS = ("rollout.num_prompts", "train.grad_accumulation")
+
+# `:ppo_rm`'s levers against over-optimising the outcome reward model (module docstring).
+OUTCOME_RM_LEVERS = {
+    "rewards.model": _STEPS_CONFIG.OUTCOME_MODEL,
+    "rewards.task_weight": 0.0,  # the verifier measures, it does not reward
+    "rewards.model_whiten": True,
+    "reference.ema_decay": 0.0,  # the KL is to the SFT policy, which stays the reference
+    "loss.kl_beta": 0.05,
+    "rewards.model_check_auc": 0.6,
+    "rewards.model_check_steps": 3,
+    "rewards.model_check_action": "stop",
+}
 
 
 def check_method(method: str, file: str, choices=METHODS) -> None:
@@ -98,13 +124,22 @@ def _online(file_name: str, *args):
 def _method_config(method: str):
     if method == "grpo":  # the main job's config, its "stable" recipe
         return _online("grpo_smollm2.py")
-    if method == "ppo":  # the success-only arm of the process-reward sweep, at its best setting
+    if method in ("ppo", *LEARNED_REWARD_ARMS):  # PPO at its best setting
         config = _online("ppo_prm_steps_smollm2.py", "rl")
-        with config.unlocked():
+        with config.unlocked():  # success only, as the process-reward sweep's first arm
             config.rewards.process_model = ""
             config.rewards.process_placement = "summed"
         # the table's batch: PROMPTS a step, one micro-batch
-        return apply_overrides(config, {k: v for k, v in BEST_PPO.items() if k not in BATCH_KEYS})
+        config = apply_overrides(config, {k: v for k, v in BEST_PPO.items() if k not in BATCH_KEYS})
+        if method == "ppo_prm":  # the sweep's refinements of the process model's step rewards
+            return apply_overrides(
+                config,
+                {
+                    "rewards.process_model": _STEPS_CONFIG.PROCESS_MODEL,
+                    "rewards.process_placement": "dense",
+                },
+            )
+        return apply_overrides(config, OUTCOME_RM_LEVERS) if method == "ppo_rm" else config
     if method == "online_dpo":
         return _online("online_dpo_smollm2.py")
     config = sibling_config(__file__, "dpo_smollm2.py")
@@ -121,8 +156,9 @@ def _method_config(method: str):
 
 
 def get_config(method: str = "grpo"):
-    """The config of `method` ("grpo", "ppo", "online_dpo" or "dpo") from the SFT policy."""
-    check_method(method, "from_sft_smollm2.py")
+    """The config of `method` ("grpo", "ppo", "online_dpo" or "dpo"), or of a learned-reward
+    arm ("ppo_prm", "ppo_rm"), from the SFT policy."""
+    check_method(method, "from_sft_smollm2.py", (*METHODS, *LEARNED_REWARD_ARMS))
     config = _method_config(method)
     with config.unlocked():
         _STEPS_CONFIG.task_fields(config)

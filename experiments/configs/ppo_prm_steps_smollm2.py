@@ -19,6 +19,10 @@ five one-digit terms, asked for one operation a line, `jaxrl_llm.data.presets.ST
         --seeds 0,1,2 --parallel 1
     python -m jaxrl_llm.report runs/prm_refinement --metric reward/process_steps \\
         --metric completion/length --out docs/reports/prm_refinement
+    # an outcome reward model from the SFT policy, on the same task and length (for PPO against
+    # a learned outcome reward: from_sft_smollm2.py:ppo_rm)
+    python -m jaxrl_llm.main --config experiments/configs/ppo_prm_steps_smollm2.py:rm \\
+        --workdir runs/prm_steps/rm
 
 `reward/process_steps` (steps per completion, what the hack raises), `completion/length` and
 `reward/process` are logged every step. To start from the base model instead of the SFT policy,
@@ -33,8 +37,9 @@ from jaxrl_llm.data.sft import STEPS_RESPONSE_TEMPLATE
 WORKDIR = "runs/prm_steps"
 SFT_MODEL = f"{WORKDIR}/sft/model"
 PROCESS_MODEL = f"{WORKDIR}/prm/process_reward_model"
+OUTCOME_MODEL = f"{WORKDIR}/rm/reward_model"  # what the `:rm` stage writes
 MAX_NEW_TOKENS = 96  # 3-4 operation lines and the answer take about 45; the rest allows repeats
-STAGES = ("sft", "prm", "rl")
+STAGES = ("sft", "prm", "rm", "rl")
 
 
 def task_fields(config) -> None:
@@ -45,7 +50,8 @@ def task_fields(config) -> None:
 
 
 def get_config(stage: str = "rl"):
-    """The config of `stage`: "sft", "prm" (the process reward model) or "rl" (PPO, dense)."""
+    """The config of `stage`: "sft", "prm" (the process reward model), "rm" (an outcome reward
+    model) or "rl" (PPO, dense)."""
     if stage not in STAGES:
         raise ValueError(f"ppo_prm_steps_smollm2.py:{stage}: the stage must be one of {STAGES}.")
     if stage == "sft":  # sft_smollm2.py's schedule, on worked solutions of this task
@@ -73,6 +79,13 @@ def get_config(stage: str = "rl"):
             config.train.checkpoint_every = 80
             config.prm.eval_every = 40
             config.prm.max_length = 256
+        return config
+    if stage == "rm":  # rm_smollm2.py's schedule, from the SFT policy, at this length
+        config = sibling_config(__file__, "rm_smollm2.py")
+        with config.unlocked():
+            task_fields(config)
+            config.model.name = SFT_MODEL
+            config.rm.max_new_tokens = MAX_NEW_TOKENS  # the RL stage's rollout length
         return config
     config = config_for("ppo")
     with config.unlocked():

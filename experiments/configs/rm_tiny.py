@@ -8,6 +8,12 @@ from jaxrl_llm.stages.reward_model import rm_config
 def get_config():
     config = rm_config()
     make_tiny(config)
+    tiny_rm_schedule(config)
+    return config
+
+
+def tiny_rm_schedule(config) -> None:
+    """A few updates on a few short samples (`config` already tiny)."""
     with config.unlocked():
         config.train.num_steps = 6
         config.train.checkpoint_every = 3
@@ -17,4 +23,3 @@ def get_config():
         config.rm.batch_size = 4
         config.rm.max_length = 96
         config.optimizer.learning_rate = 3e-3
-    return config

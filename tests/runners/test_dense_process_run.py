@@ -147,13 +147,14 @@ def _module(path):
 @pytest.mark.parametrize("name", ["ppo_prm_steps_smollm2.py", "ppo_prm_steps_tiny.py"])
 def test_every_stage_of_the_experiment_config_is_valid(name):
     module = _module(os.path.join(CONFIGS, name))
-    stages = {s: module.get_config(s) for s in ("sft", "prm", "rl")}
+    stages = {s: module.get_config(s) for s in ("sft", "prm", "rm", "rl")}
     for config in stages.values():
         validate_stage(config)
         assert config.task.name == "chain_sum_steps" and "one operation per line" in (
             config.task.instruction_suffix
         )
     assert "{steps}" in stages["sft"].sft.response_template
+    assert stages["rm"].stage == "reward_model"  # an outcome reward model on the same task
     assert stages["rl"].algorithm == "ppo" and stages["rl"].rewards.process_placement == "dense"
     assert stages["rl"].rewards.count_steps  # the success-only arm logs steps per completion
     with pytest.raises(ValueError, match="the stage must be one of"):

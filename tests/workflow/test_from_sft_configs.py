@@ -88,7 +88,7 @@ def test_an_argument_that_is_not_a_method_is_one_line(tmp_path):
     assert proc.returncode == 2
     want = (
         "error: from_sft_smollm2.py:sft: the method must be one of grpo, ppo, online_dpo, dpo, "
-        "e.g. from_sft_smollm2.py:ppo."
+        "ppo_prm, ppo_rm, e.g. from_sft_smollm2.py:ppo."
     )
     assert want in proc.stderr.splitlines() and "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists()
@@ -133,6 +133,50 @@ def test_the_ablation_turns_one_lever_off_per_trial():
         for trial, config in zip(trials, sweeps.check_trials(path, trials), strict=True):
             assert all(_field(config, k) == v for k, v in trial.items())
     assert "--config experiments/configs/from_sft_smollm2.py:ppo" in module.__doc__
+
+
+def test_the_learned_reward_arms_are_the_best_ppo_with_one_reward_added():
+    module = load_module(FULL)
+    assert module.LEARNED_REWARD_ARMS == ("ppo_prm", "ppo_rm")
+    ppo = load_config(f"{FULL}:ppo").to_dict()
+    steps = load_module(os.path.join(CONFIGS, "ppo_prm_steps_smollm2.py"))
+
+    def changed(config):
+        flat_ppo, flat = _flatten(ppo), _flatten(config.to_dict())
+        return {k: v for k, v in flat.items() if flat_ppo.get(k) != v}
+
+    prm = load_config(f"{FULL}:ppo_prm")
+    assert changed(prm) == {
+        "rewards.process_model": steps.PROCESS_MODEL,
+        "rewards.process_placement": "dense",
+    }
+    # the process-reward sweep over it: its success-only arm is the methods table's PPO
+    trials = sweeps.load_sweep(os.path.join(SWEEPS, "prm_refinement.py"))
+    configs = sweeps.check_trials(f"{FULL}:ppo_prm", trials)
+    assert _flatten(configs[0].to_dict()) == _flatten(ppo)
+    assert [c.rewards.process_refinement for c in configs[1:]] == ["none", "clip", "delta"]
+    rm = load_config(f"{FULL}:ppo_rm")
+    levers = module.OUTCOME_RM_LEVERS
+    assert set(changed(rm)) <= set(levers)  # some levers state the default (KL 0.05, 3 steps)
+    assert all(_flatten(rm.to_dict())[k] == v for k, v in levers.items())
+    assert rm.rewards.model == steps.OUTCOME_MODEL == "runs/prm_steps/rm/reward_model"
+    # against a learned reward the KL anchors to the SFT policy: the reference does not move
+    assert rm.reference.ema_decay == 0.0 < rm.loss.kl_beta and rm.rewards.task_weight == 0.0
+    assert rm.rewards.model_check_action == "stop" and rm.rewards.model_whiten
+    # the outcome reward model's stage: from the SFT policy, on the task at the rollout length
+    stage = load_config(os.path.join(CONFIGS, "ppo_prm_steps_smollm2.py:rm"))
+    assert (stage.stage, stage.model.name) == ("reward_model", "runs/prm_steps/sft/model")
+    assert stage.task.name == "chain_sum_steps" and stage.rm.max_new_tokens == 96
+
+
+def _flatten(tree, prefix=""):
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 @pytest.fixture(scope="module")
