@@ -49,6 +49,17 @@ def task_fields(config) -> None:
     config.eval.max_new_tokens = MAX_NEW_TOKENS
 
 
+def _reward_model_stage(file_name: str, section: str):
+    """A reward-model stage of `file_name` beside this one, on this task, from the SFT policy,
+    sampling as long as the RL stage (`config.<section>.max_new_tokens`)."""
+    config = sibling_config(__file__, file_name)
+    with config.unlocked():
+        task_fields(config)
+        config.model.name = SFT_MODEL
+        config[section].max_new_tokens = MAX_NEW_TOKENS
+    return config
+
+
 def get_config(stage: str = "rl"):
     """The config of `stage`: "sft", "prm" (the process reward model), "rm" (an outcome reward
     model) or "rl" (PPO, dense)."""
@@ -61,11 +72,8 @@ def get_config(stage: str = "rl"):
             config.sft.response_template = STEPS_RESPONSE_TEMPLATE
         return config
     if stage == "prm":  # prm_smollm2.py's schedule, from the SFT policy, at this length
-        config = sibling_config(__file__, "prm_smollm2.py")
+        config = _reward_model_stage("prm_smollm2.py", "prm")
         with config.unlocked():
-            task_fields(config)
-            config.model.name = SFT_MODEL
-            config.prm.max_new_tokens = MAX_NEW_TOKENS  # the RL stage's rollout length
             # The target asks the margin over the constant predictor to be supported by its
             # interval, which resamples held-out prompts. 128 prompts x eval_fraction 0.25 (32
             # held out) and 80 updates (~1.7 epochs) gave +4.8 points [-10.3, +20.6] at the end,
@@ -81,12 +89,7 @@ def get_config(stage: str = "rl"):
             config.prm.max_length = 256
         return config
     if stage == "rm":  # rm_smollm2.py's schedule, from the SFT policy, at this length
-        config = sibling_config(__file__, "rm_smollm2.py")
-        with config.unlocked():
-            task_fields(config)
-            config.model.name = SFT_MODEL
-            config.rm.max_new_tokens = MAX_NEW_TOKENS  # the RL stage's rollout length
-        return config
+        return _reward_model_stage("rm_smollm2.py", "rm")
     config = config_for("ppo")
     with config.unlocked():
         task_fields(config)
