@@ -71,10 +71,12 @@ class WhitenedReward:
 
     def __init__(self, model):
         self.model = model
+        self.last_raw: np.ndarray | None = None  # float32 [B], the last batch before whitening
 
     def __call__(self, prompts, completions) -> np.ndarray:
         """float32 [B] whitened scores."""
-        return whiten_scores(self.model(prompts, completions))
+        self.last_raw = np.asarray(self.model(prompts, completions), np.float32).reshape(-1)
+        return whiten_scores(self.last_raw)
 
 
 class EnsembleReward:
@@ -96,3 +98,19 @@ class EnsembleReward:
         """float32 [B] combined scores."""
         scores = [model(prompts, completions) for model in self.models]
         return combine_scores(np.stack(scores), mode=self.mode, k=self.k)
+
+
+def raw_scores(model) -> np.ndarray | None:
+    """float32 [B]: what a whitened reward model (or an ensemble of them) scored its last batch
+    before whitening, the mean over an ensemble's members; None for a model not whitened.
+
+    Whitened scores average 0 at every step, so they cannot show a policy pushing the model's
+    score up; these can (`reward/model_raw`).
+    """
+    if isinstance(model, WhitenedReward):
+        return model.last_raw
+    if isinstance(model, EnsembleReward):
+        members = [raw_scores(m) for m in model.models]
+        if members and all(m is not None for m in members):
+            return np.mean(members, axis=0).astype(np.float32)
+    return None

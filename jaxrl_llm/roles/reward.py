@@ -5,7 +5,8 @@ an ensemble), a process reward model, and constraint judges (their verdicts are 
 Functions are scored by `jaxrl_llm.rewards.RewardRunner`. A reward model is a `ScalarHeadModel`
 (a Transformer trunk with a scalar head, e.g. trained with a Bradley-Terry loss) scored in
 batches on device at the last token of prompt + completion; its score joins the total with a
-weight and is reported as `per_function["model"]`. In a run its frozen weights are laid out on
+weight and is reported as `per_function["model"]` (and, when whitened, its scores before
+whitening as `per_function["model_raw"]`). In a run its frozen weights are laid out on
 the train mesh by the train rules and its rows split over the data axis, as the reference's are
 (the layout `python -m jaxrl_llm.plan` compiles for the "reward_model" phase).
 """
@@ -24,6 +25,7 @@ from jaxrl_llm.models.heads import ScalarHeadModel
 from jaxrl_llm.models.partitioning import use_layout
 from jaxrl_llm.models.precision import compute_params, merge_for_compute
 from jaxrl_llm.rewards import RewardOutput, RewardRunner
+from jaxrl_llm.rewards.ensemble import raw_scores
 from jaxrl_llm.rewards.refinement import split_steps
 from jaxrl_llm.roles.learner import place_batch, place_params
 from jaxrl_llm.rollout.batching import pack_prompts
@@ -151,6 +153,9 @@ class RewardRole:
             scores = self.model(prompts, completions)
             total = total + self.model_weight * scores
             per_function["model"] = scores
+            raw = raw_scores(self.model)  # before whitening (None when not whitened)
+            if raw is not None:
+                per_function["model_raw"] = raw
         steps = None
         if self.process is not None:  # a `rewards.process.ProcessReward`
             scored = self.process.score(prompts, completions)

@@ -156,8 +156,10 @@ def test_flag_marks_each_streak_and_the_run_goes_on(tmp_path, text_reward, rando
     flagged = [r["step"] for r in steps if r.get("reward/model_check_flagged")]
     assert flagged == _trips(steps)
     assert summary.get("model_check", {"flagged_steps": []})["flagged_steps"] == flagged
-    # whitened over each step's samples: the reward model's scores average 0
+    # whitened over each step's samples: the reward model's scores average 0; their mean
+    # before whitening is logged beside them (a random head's scores: not all 0)
     assert all(abs(r["reward/model"]) < 1e-5 for r in steps)
+    assert any(abs(r["reward/model_raw"]) > 1e-4 for r in steps)
 
 
 def test_stop_ends_the_run_after_the_tripping_step_saved_and_evaluated(
@@ -189,7 +191,12 @@ def test_a_resumed_run_goes_on_counting_the_streak(tmp_path, contrary_reward_mod
 
 
 def test_whitening_puts_each_member_on_one_scale_before_the_ensemble_combines():
-    from jaxrl_llm.rewards.ensemble import EnsembleReward, WhitenedReward, whiten_scores
+    from jaxrl_llm.rewards.ensemble import (
+        EnsembleReward,
+        WhitenedReward,
+        raw_scores,
+        whiten_scores,
+    )
 
     np.testing.assert_allclose(whiten_scores([1.0, 3.0, 5.0]), [-1.2247449, 0.0, 1.2247449])
     np.testing.assert_array_equal(whiten_scores([2.0, 2.0]), [0.0, 0.0])  # no spread: zeros
@@ -201,5 +208,8 @@ def test_whitening_puts_each_member_on_one_scale_before_the_ensemble_combines():
     np.testing.assert_allclose(raw, [0.001, 0.002, 0.003])
     whitened = EnsembleReward([WhitenedReward(small), WhitenedReward(large)], mode="min")
     np.testing.assert_allclose(whitened(None, None), [-1.2247449, -1.2247449, 0.0], rtol=1e-6)
+    # the scores before whitening stay readable (reward/model_raw): the members' mean
+    np.testing.assert_allclose(raw_scores(whitened), [1.5005, 0.501, 1.0015], rtol=1e-6)
+    assert raw_scores(EnsembleReward([small, large])) is None and raw_scores(small) is None
     with pytest.raises(ValueError, match=r"model_whiten=True .* config\.rewards\.model is empty"):
         load_config(GRPO_TINY, {"rewards.model_whiten": True})
