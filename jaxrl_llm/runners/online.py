@@ -122,6 +122,22 @@ def train(config: ml_collections.ConfigDict, workdir: str, **options) -> dict[st
     return run_online(config, workdir, **options)
 
 
+def _first_step(config: ml_collections.ConfigDict, run: OnlineRun) -> int:
+    """The step to train from: the restored one, or `num_steps` (none) for a run the reward-model
+    check ended, while its config still asks the check to stop runs."""
+    step, ended = run.meta["step"], run.meta.get(ENDED_EARLY_KEY)
+    if not ended:
+        return step
+    rewards = config.rewards
+    if rewards.get("model_check_auc", 0.0) > 0 and rewards.model_check_action == "stop":
+        print(f"[jaxrl_llm] this run ended at step {step}: {ended}")
+        run.summary["ended_early"] = ended
+        return config.train.num_steps
+    print(f"[jaxrl_llm] this run ended at step {step}; the check no longer stops it: training on")
+    del run.meta[ENDED_EARLY_KEY]
+    return step
+
+
 def run_online(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -178,11 +194,7 @@ def run_online(
         run.pretrain_critic()  # value pretraining, when the algorithm asks for it
         schedule.start(run)
         train_start = time.time()
-        first_step = run.meta["step"]
-        if run.meta.get(ENDED_EARLY_KEY):  # resumed after a hook ended it: it stays ended
-            print(f"[jaxrl_llm] this run ended at step {first_step}: {run.meta[ENDED_EARLY_KEY]}")
-            run.summary["ended_early"] = run.meta[ENDED_EARLY_KEY]
-            first_step = config.train.num_steps
+        first_step = _first_step(config, run)
         for step in range(first_step, config.train.num_steps):
             record = schedule.step(run, step)
             budget = config.train.max_time_s

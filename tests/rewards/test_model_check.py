@@ -180,6 +180,11 @@ def test_stop_ends_the_run_after_the_tripping_step_saved_and_evaluated(
     assert again["steps"] == stop and again["ended_early"] == summary["ended_early"]
     assert [r["step"] for r in steps_again] == [r["step"] for r in steps]
     assert max(int(s) for s in os.listdir(workdir / "checkpoints")) == stop
+    # with the check turned off (a change of the run, so resume_with_changes), it trains on
+    on = {"rewards.model_check_auc": 0.0, "train.resume_with_changes": True}
+    resumed, steps_on, _ = _run(tmp_path, contrary_reward_model, "stop", **on)
+    assert resumed["steps"] == 4 and "ended_early" not in resumed
+    assert [r["step"] for r in steps_on][-1] == 4
 
 
 def test_a_resumed_run_goes_on_counting_the_streak(tmp_path, contrary_reward_model):
