@@ -63,7 +63,6 @@ SFT_MODEL = _STEPS_CONFIG.SFT_MODEL
 MAX_NEW_TOKENS = _STEPS_CONFIG.MAX_NEW_TOKENS
 
 METHODS = ("grpo", "ppo", "online_dpo", "dpo")
-LEARNED_REWARD_ARMS = ("ppo_prm", "ppo_rm")
 # The budget (module docstring): online steps x prompts a step x completions a prompt, and the
 # offline samples per prompt; offline DPO's prompts are what makes its samples the same count.
 STEPS, PROMPTS, GROUP = 30, 8, 4
@@ -99,6 +98,17 @@ OUTCOME_RM_LEVERS = {
     "rewards.model_check_steps": 3,
     "rewards.model_check_action": "stop",
 }
+# What each PPO config sets on the best setting: nothing (success only, the process-reward
+# sweep's first arm), the process model's step rewards placed densely, or the outcome model.
+PPO_ARMS = {
+    "ppo": {},
+    "ppo_prm": {
+        "rewards.process_model": _STEPS_CONFIG.PROCESS_MODEL,
+        "rewards.process_placement": "dense",
+    },
+    "ppo_rm": OUTCOME_RM_LEVERS,
+}
+LEARNED_REWARD_ARMS = tuple(arm for arm in PPO_ARMS if arm != "ppo")
 
 
 def check_method(method: str, file: str, choices=METHODS) -> None:
@@ -124,22 +134,11 @@ def _online(file_name: str, *args):
 def _method_config(method: str):
     if method == "grpo":  # the main job's config, its "stable" recipe
         return _online("grpo_smollm2.py")
-    if method in ("ppo", *LEARNED_REWARD_ARMS):  # PPO at its best setting
+    if method in PPO_ARMS:  # PPO at its best setting, at the table's batch (one micro-batch)
+        success_only = {"rewards.process_model": "", "rewards.process_placement": "summed"}
+        best = {k: v for k, v in BEST_PPO.items() if k not in BATCH_KEYS}
         config = _online("ppo_prm_steps_smollm2.py", "rl")
-        with config.unlocked():  # success only, as the process-reward sweep's first arm
-            config.rewards.process_model = ""
-            config.rewards.process_placement = "summed"
-        # the table's batch: PROMPTS a step, one micro-batch
-        config = apply_overrides(config, {k: v for k, v in BEST_PPO.items() if k not in BATCH_KEYS})
-        if method == "ppo_prm":  # the sweep's refinements of the process model's step rewards
-            return apply_overrides(
-                config,
-                {
-                    "rewards.process_model": _STEPS_CONFIG.PROCESS_MODEL,
-                    "rewards.process_placement": "dense",
-                },
-            )
-        return apply_overrides(config, OUTCOME_RM_LEVERS) if method == "ppo_rm" else config
+        return apply_overrides(config, {**success_only, **best, **PPO_ARMS[method]})
     if method == "online_dpo":
         return _online("online_dpo_smollm2.py")
     config = sibling_config(__file__, "dpo_smollm2.py")
