@@ -15,7 +15,8 @@ score every recipe with `eval.scorer="stated"`, and evaluate both sides, so the 
         --set eval.every=5 --set train.checkpoint_every=10 --set train.keep_checkpoints=1 \\
         --sweep_dir runs/test_side/plain --parallel 1
     python -m jaxrl_llm.report runs/test_side/stable --keep_records docs/reports/runs/test_side \\
-        --out docs/reports/test_side_transfer
+        --out /tmp/test_side_transfer
+    python -m jaxrl_llm.report docs/reports/runs/test_side/stable --out docs/reports/test_side_transfer
     python -m jaxrl_llm.report plain=runs/test_side/plain stable=runs/test_side/stable/000_name=chain_sum_seed=0,... \\
         --against plain --out docs/reports/test_side_stable_vs_plain
 """
