@@ -1,5 +1,5 @@
-"""RL that improves an SFT policy: four methods from the same start, at one budget. Every method
-starts from the chain_sum_steps SFT policy (`runs/prm_steps/sft/model`, ppo_prm_steps_smollm2.py's
+"""RL that improves an SFT policy: four methods (GRPO at two settings) from the same start, at
+one budget. Every method starts from the chain_sum_steps SFT policy (`runs/prm_steps/sft/model`, ppo_prm_steps_smollm2.py's
 `:sft` stage: 56.5% held-out greedy accuracy, docs/ppo.md), trains on that config's task and
 prompt (`task_fields`) and is measured on the same held-out problems (the test side,
 `eval.scorer = "stated"`, and the selection side, `eval.selection`). The argument after ":"
@@ -14,6 +14,9 @@ picks the method:
 
 - `:grpo`: the main job's recipe (grpo_smollm2.py, "stable": dynamic sampling, KL 0.04, cosine
   rate 3e-5, temperature 1, an entropy floor).
+- `:grpo_best`: the same recipe at the setting the GRPO probes chose on the selection side,
+  BEST_GRPO (experiments/sweeps/grpo_sft_probes.py; the recipe's rate fell 22 points from this
+  start, docs/ppo.md).
 - `:ppo`: success-only PPO (the verifier's reward alone, no process reward model) at the best
   setting, BEST_PPO: ppo_prm_steps_smollm2.py's (lambda 1, temperature 0.7) at the rate the
   probes chose on the selection side (3e-6; 1e-5 fell, docs/ppo.md), with advantage
@@ -62,7 +65,7 @@ _STEPS_CONFIG = sibling_module(__file__, "ppo_prm_steps_smollm2.py")
 SFT_MODEL = _STEPS_CONFIG.SFT_MODEL
 MAX_NEW_TOKENS = _STEPS_CONFIG.MAX_NEW_TOKENS
 
-METHODS = ("grpo", "ppo", "online_dpo", "dpo")
+METHODS = ("grpo", "grpo_best", "ppo", "online_dpo", "dpo")
 # The budget (module docstring): online steps x prompts a step x completions a prompt, and the
 # offline samples per prompt; offline DPO's prompts are what makes its samples the same count.
 STEPS, PROMPTS, GROUP = 30, 8, 4
@@ -86,6 +89,11 @@ BEST_PPO = {
     "critic.pretrain_steps": 4,
 }
 BATCH_KEYS = ("rollout.num_prompts", "train.grad_accumulation")
+
+# GRPO's best setting from this start: the main job's recipe with the probe that ended highest
+# on the selection side (experiments/sweeps/grpo_sft_probes.py, 12 steps, one seed; docs/ppo.md).
+# The recipe's rate, 3e-5, fell 22 points in 30 steps; PPO's chosen rate held and gained.
+BEST_GRPO = {"optimizer.learning_rate": BEST_PPO["optimizer.learning_rate"]}
 
 # `:ppo_rm`'s levers against over-optimising the outcome reward model (module docstring).
 OUTCOME_RM_LEVERS = {
@@ -134,6 +142,8 @@ def _online(file_name: str, *args):
 def _method_config(method: str):
     if method == "grpo":  # the main job's config, its "stable" recipe
         return _online("grpo_smollm2.py")
+    if method == "grpo_best":  # the same at the probes' setting
+        return apply_overrides(_online("grpo_smollm2.py"), BEST_GRPO)
     if method in PPO_ARMS:  # PPO at its best setting, at the table's batch (one micro-batch)
         success_only = {"rewards.process_model": "", "rewards.process_placement": "summed"}
         best = {k: v for k, v in BEST_PPO.items() if k not in BATCH_KEYS}
@@ -155,14 +165,14 @@ def _method_config(method: str):
 
 
 def get_config(method: str = "grpo"):
-    """The config of `method` ("grpo", "ppo", "online_dpo" or "dpo"), or of a learned-reward
-    arm ("ppo_prm", "ppo_rm"), from the SFT policy."""
+    """The config of `method` ("grpo", "grpo_best", "ppo", "online_dpo" or "dpo"), or of a
+    learned-reward arm ("ppo_prm", "ppo_rm"), from the SFT policy."""
     check_method(method, "from_sft_smollm2.py", (*METHODS, *LEARNED_REWARD_ARMS))
     config = _method_config(method)
     with config.unlocked():
         _STEPS_CONFIG.task_fields(config)
         config.model.name = SFT_MODEL
-        # 12 runs of the table: one checkpoint each (SmolLM2's GRPO state is 1.5 GB; PPO's
+        # 15 runs of the table: one checkpoint each (SmolLM2's GRPO state is 1.5 GB; PPO's
         # adds a critic), written every 10 steps.
         config.train.checkpoint_every = 10
         config.train.keep_checkpoints = 1

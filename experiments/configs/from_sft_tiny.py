@@ -1,4 +1,4 @@
-"""from_sft_smollm2.py's four methods on the tiny random model (seconds; for tests and
+"""from_sft_smollm2.py's methods on the tiny random model (seconds; for tests and
 notebooks): the same task, prompt and evaluation, from a tiny SFT policy that the `:sft` stage
 (ppo_prm_steps_tiny.py's) writes first:
 
@@ -7,7 +7,8 @@ notebooks): the same task, prompt and evaluation, from a tiny SFT policy that th
     python -m jaxrl_llm.main --config experiments/configs/from_sft_tiny.py:ppo \\
         --workdir runs/from_sft_tiny/ppo
 
-The argument after ":" is "sft" or a method: grpo (the default), ppo, online_dpo, dpo.
+The argument after ":" is "sft" or a method: grpo (the default), grpo_best, ppo, online_dpo,
+dpo.
 """
 
 from jaxrl_llm.config import make_tiny

@@ -1,5 +1,5 @@
 """RL from the chain_sum_steps SFT policy: experiments/configs/from_sft_smollm2.py's four methods
-(GRPO, success-only PPO, online DPO, offline DPO) start from the same policy on the same task and
+(GRPO at two settings, success-only PPO, online DPO, offline DPO) start from the same policy on the same task and
 held-out problems at one matched budget; their tiny versions run two steps from a tiny SFT
 policy; the sweeps over them (from_sft_methods.py, ppo_lever_ablation.py) validate against
 every method's tiny and full config."""
@@ -24,8 +24,8 @@ CONFIGS = os.path.join(ROOT, "experiments", "configs")
 SWEEPS = os.path.join(ROOT, "experiments", "sweeps")
 FULL = os.path.join(CONFIGS, "from_sft_smollm2.py")
 TINY = os.path.join(CONFIGS, "from_sft_tiny.py")
-METHODS = ("grpo", "ppo", "online_dpo", "dpo")
-ONLINE = ("grpo", "ppo", "online_dpo")
+METHODS = ("grpo", "grpo_best", "ppo", "online_dpo", "dpo")
+ONLINE = ("grpo", "grpo_best", "ppo", "online_dpo")
 
 
 def _field(config, key):
@@ -50,10 +50,18 @@ def test_every_method_starts_from_the_sft_policy_on_the_steps_task():
         assert config.eval.scorer == "stated" and config.eval.selection
         assert config.eval.max_new_tokens == 96
     for method in ONLINE:
-        assert configs[method].algorithm == method
+        assert configs[method].algorithm == method.removesuffix("_best")
         assert configs[method].rollout.max_new_tokens == 96 and configs[method].eval.every == 5
-    grpo, ppo, online_dpo, dpo = (configs[m] for m in METHODS)
+    grpo, grpo_best, ppo, online_dpo, dpo = (configs[m] for m in METHODS)
     assert all(_field(grpo, k) == v for k, v in STABLE_GRPO.items())  # the main job's recipe
+    # the same recipe, but for the probes' setting: a rate under the recipe's, the one PPO chose
+    best_grpo = load_module(FULL).BEST_GRPO
+    assert all(_field(grpo_best, k) == v for k, v in best_grpo.items())
+    recipe_but_best = {k: v for k, v in STABLE_GRPO.items() if k not in best_grpo}
+    assert all(_field(grpo_best, k) == v for k, v in recipe_but_best.items())
+    assert grpo_best.optimizer.learning_rate < grpo.optimizer.learning_rate
+    probes = sweeps.load_sweep(os.path.join(SWEEPS, "grpo_sft_probes.py"))
+    assert best_grpo in probes  # chosen among the probes, on the selection side
     assert (ppo.rewards.process_model, ppo.rewards.process_placement) == ("", "summed")
     # the best setting (chosen on the selection side) at the table's batch
     best = load_module(FULL).BEST_PPO
@@ -87,8 +95,8 @@ def test_an_argument_that_is_not_a_method_is_one_line(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2
     want = (
-        "error: from_sft_smollm2.py:sft: the method must be one of grpo, ppo, online_dpo, dpo, "
-        "ppo_prm, ppo_rm, e.g. from_sft_smollm2.py:ppo."
+        "error: from_sft_smollm2.py:sft: the method must be one of grpo, grpo_best, ppo, "
+        "online_dpo, dpo, ppo_prm, ppo_rm, e.g. from_sft_smollm2.py:ppo."
     )
     assert want in proc.stderr.splitlines() and "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists()
@@ -104,7 +112,7 @@ def test_the_methods_sweep_is_three_seeds_of_every_method():
             configs = sweeps.check_trials(f"{path}:{method}", trials)
             assert [c.seed for c in configs] == [0, 1, 2]
     doc = load_module(os.path.join(SWEEPS, "from_sft_methods.py")).__doc__
-    assert "for method in grpo ppo online_dpo dpo; do" in doc  # one launch per method
+    assert f"for method in {' '.join(METHODS)}; do" in doc  # one launch per method
     assert "--config experiments/configs/from_sft_smollm2.py:$method" in doc
 
 
@@ -212,7 +220,7 @@ def test_each_method_runs_two_steps_from_the_tiny_sft_policy(
             assert run.curve[2] == pytest.approx(run.correct[2].mean()), side
             assert run.scorer == "stated"
         return
-    assert summary["algorithm"] == method
+    assert summary["algorithm"] == method.removesuffix("_best")
     rows = read_metrics(str(tmp_path))
     assert [r["step"] for r in rows if "train/rows" in r] == [1, 2]
     evaluations = [r for r in rows if "eval/accuracy" in r]
