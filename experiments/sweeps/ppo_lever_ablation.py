@@ -1,6 +1,7 @@
 """Which of PPO's levers matter from the chain_sum_steps SFT policy: success-only PPO
 (experiments/configs/from_sft_smollm2.py:ppo) at a "best" setting, then once with each lever
-turned off, 3 seeds each (18 runs, one at a time on a 2-core CPU). Queued, not run.
+turned off, 3 seeds each (18 runs, one or two at a time on a 2-core CPU; the 3 without the
+larger batch are the methods table's PPO, whose runs serve, so 15 are launched).
 
 The best setting (BEST_PPO) holds the levers docs/ppo.md says Xu et al. ("Is DPO Superior to
 PPO for LLM Alignment?", 2404.10719) recommend, with VC-PPO's value pretraining (2503.01491):
@@ -14,8 +15,13 @@ the final runs:
 
     python -m jaxrl_llm.launch --config experiments/configs/from_sft_smollm2.py:ppo \\
         --sweep experiments/sweeps/ppo_lever_ablation.py --sweep_dir runs/ppo_lever_ablation \\
-        --seeds 0,1,2 --parallel 1
-    python -m jaxrl_llm.report runs/ppo_lever_ablation --out docs/reports/ppo_lever_ablation
+        --seeds 0,1,2 --parallel 1 --only 0-8,12-17
+    python -m jaxrl_llm.report runs/ppo_lever_ablation "table's batch=runs/from_sft/ppo" \\
+        --out docs/reports/ppo_lever_ablation
+
+The trials run seed fastest: 0-2 the best setting, 3-5 the rate that fell, 6-8 no whitening,
+9-11 the table's batch (skipped by `--only`: the methods table's PPO is that arm), 12-14 a
+frozen reference, 15-17 no value pretraining.
 
 Every arm runs the config's 30 steps, so the arms differ in more than the lever's loss: the
 large batch samples 1,920 completions (the arm without it the methods table's 960), and value
