@@ -1,9 +1,9 @@
 """RL that improves an SFT policy: four methods (GRPO at two settings) from the same start, at
-one budget. Every method starts from the chain_sum_steps SFT policy (`runs/prm_steps/sft/model`, ppo_prm_steps_smollm2.py's
-`:sft` stage: 56.5% held-out greedy accuracy, docs/ppo.md), trains on that config's task and
-prompt (`task_fields`) and is measured on the same held-out problems (the test side,
-`eval.scorer = "stated"`, and the selection side, `eval.selection`). The argument after ":"
-picks the method:
+one budget. Every method starts from the chain_sum_steps SFT policy (`runs/prm_steps/sft/model`,
+ppo_prm_steps_smollm2.py's `:sft` stage: 56.5% held-out greedy accuracy, docs/ppo.md), trains on
+that config's task and prompt (`task_fields`) and is measured on the same held-out problems
+(the test side, `eval.scorer = "stated"`, and the selection side, `eval.selection`). The
+argument after ":" picks the method:
 
     # the start, once (about 40 min on a 2-core CPU)
     python -m jaxrl_llm.main --config experiments/configs/ppo_prm_steps_smollm2.py:sft \\

@@ -14,9 +14,9 @@ table is five launches of these trials, one directory a method; the start
             --sweep experiments/sweeps/from_sft_methods.py --sweep_dir runs/from_sft/$method \\
             --parallel 1
     done
-    python -m jaxrl_llm.report GRPO=runs/from_sft/grpo "GRPO best=runs/from_sft/grpo_best" \\
-        PPO=runs/from_sft/ppo "online DPO=runs/from_sft/online_dpo" \\
-        "offline DPO=runs/from_sft/dpo" --against GRPO --out docs/reports/from_sft_methods
+    python -m jaxrl_llm.report "GRPO best=runs/from_sft/grpo_best" PPO=runs/from_sft/ppo \\
+        "online DPO=runs/from_sft/online_dpo" "offline DPO=runs/from_sft/dpo" \\
+        "GRPO recipe=runs/from_sft/grpo" --against "GRPO best" --out docs/reports/from_sft_methods
 
 The online methods log held-out greedy accuracy every 5 steps on the test side (what the report
 reads) and the selection side. Offline DPO logs the same two sides, with the same problems and
