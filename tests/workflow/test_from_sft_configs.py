@@ -1,8 +1,8 @@
 """RL from the chain_sum_steps SFT policy: experiments/configs/from_sft_smollm2.py's four methods
 (GRPO at two settings, success-only PPO, online DPO, offline DPO) start from the same policy on
-the same task and held-out problems at one matched budget; their tiny versions run two steps from a tiny SFT
-policy; the sweeps over them (from_sft_methods.py, ppo_lever_ablation.py) validate against
-every method's tiny and full config."""
+the same task and held-out problems at one matched budget; their tiny versions run two steps
+from a tiny SFT policy; the sweeps over them (from_sft_methods.py, ppo_lever_ablation.py)
+validate against every method's tiny and full config."""
 
 import json
 import os
