@@ -53,7 +53,7 @@ def _wandb_records(path: str) -> list[bytes]:
             pos += block - pos % block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if kind == 0:
+        if kind == 0 or pos + 7 + length > len(data):  # the end, or a chunk still being written
             break
         pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
@@ -66,17 +66,22 @@ def _wandb_records(path: str) -> list[bytes]:
 def _wandb_history(run_dir: str, timeout_s: float = 30.0) -> dict[int, dict]:
     """{step: logged values} of an offline run, once its file holds the run's exit record
     (wandb's service process may still be writing the file when `finish` returns)."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
     [path] = glob.glob(os.path.join(run_dir, "run-*.wandb"))
     deadline = time.time() + timeout_s
     while True:
-        records = []
-        for data in _wandb_records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            records.append(record)
-        kinds = [r.WhichOneof("record_type") for r in records]
+        records, kinds = [], []
+        try:
+            for data in _wandb_records(path):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(data)
+                records.append(record)
+            kinds = [r.WhichOneof("record_type") for r in records]
+        except DecodeError:  # a record caught half-written: read the file again
+            if time.time() > deadline:
+                raise
         if "exit" in kinds or time.time() > deadline:
             break
         time.sleep(0.2)
