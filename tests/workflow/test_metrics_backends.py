@@ -72,16 +72,13 @@ def _wandb_history(run_dir: str, timeout_s: float = 30.0) -> dict[int, dict]:
     [path] = glob.glob(os.path.join(run_dir, "run-*.wandb"))
     deadline = time.time() + timeout_s
     while True:
-        records, kinds = [], []
         try:
-            for data in _wandb_records(path):
-                record = wandb_internal_pb2.Record()
-                record.ParseFromString(data)
-                records.append(record)
-            kinds = [r.WhichOneof("record_type") for r in records]
+            records = [wandb_internal_pb2.Record.FromString(d) for d in _wandb_records(path)]
         except DecodeError:  # a record caught half-written: read the file again
             if time.time() > deadline:
                 raise
+            records = []
+        kinds = [r.WhichOneof("record_type") for r in records]
         if "exit" in kinds or time.time() > deadline:
             break
         time.sleep(0.2)
