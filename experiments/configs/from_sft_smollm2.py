@@ -28,12 +28,14 @@ argument after ":" picks the method:
 - `:dpo`: offline DPO (dpo_smollm2.py: sigmoid, beta 0.1, rate 5e-6) on pairs of the SFT
   policy's own samples at temperature 1, labelled by the verifier, made before training.
 
-Two more arms start from the same policy once PPO gains from it (docs/pipeline.md): the best PPO
-with a learned reward, at the same batch and budget.
+Two more arms start from the same policy from the PPO baseline that gains (docs/pipeline.md):
+BEST_PPO at its own batch (16 prompts a step as 2 micro-batches, 1,920 sampled completions in
+30 steps; at the table's batch of 8 its gain did not clear 0) with a learned reward.
 
-- `:ppo_prm`: `:ppo` plus the process reward model's step rewards placed densely (the `:prm`
+- `:ppo_prm`: BEST_PPO plus the process reward model's step rewards placed densely (the `:prm`
   stage of ppo_prm_steps_smollm2.py); experiments/sweeps/prm_refinement.py sets the refinement
-  (none, Clip, Delta), and its success-only arm is `:ppo` itself (Gao et al. 2410.15115).
+  (none, Clip, Delta), and its success-only arm is BEST_PPO itself, the first arm of
+  experiments/sweeps/ppo_lever_ablation.py, whose runs serve (Gao et al. 2410.15115).
 - `:ppo_rm`: PPO against the outcome reward model alone (the `:rm` stage; the verifier only
   measures), with the library's levers against over-optimisation: each step's scores whitened,
   a KL penalty to the SFT policy itself (the reference frozen there, not BEST_PPO's moving
@@ -144,9 +146,13 @@ def _method_config(method: str):
         return _online("grpo_smollm2.py")
     if method == "grpo_best":  # the same at the probes' setting
         return apply_overrides(_online("grpo_smollm2.py"), BEST_GRPO)
-    if method in PPO_ARMS:  # PPO at its best setting, at the table's batch (one micro-batch)
+    if method in PPO_ARMS:
         success_only = {"rewards.process_model": "", "rewards.process_placement": "summed"}
-        best = {k: v for k, v in BEST_PPO.items() if k not in BATCH_KEYS}
+        # `:ppo` at the table's batch (one micro-batch); the learned-reward arms at BEST_PPO's
+        # own batch, the PPO baseline that gains (docs/ppo.md)
+        best = BEST_PPO
+        if method == "ppo":
+            best = {k: v for k, v in BEST_PPO.items() if k not in BATCH_KEYS}
         config = _online("ppo_prm_steps_smollm2.py", "rl")
         return apply_overrides(config, {**success_only, **best, **PPO_ARMS[method]})
     if method == "online_dpo":

@@ -146,7 +146,10 @@ def test_the_ablation_turns_one_lever_off_per_trial():
 def test_the_learned_reward_arms_are_the_best_ppo_with_one_reward_added():
     module = load_module(FULL)
     assert module.LEARNED_REWARD_ARMS == ("ppo_prm", "ppo_rm")
-    ppo = load_config(f"{FULL}:ppo").to_dict()
+    # the baseline that gains: BEST_PPO at its own batch, the lever ablation's first arm
+    best = sweeps.load_sweep(os.path.join(SWEEPS, "ppo_lever_ablation.py"))[0]
+    assert best == module.BEST_PPO and best["rollout.num_prompts"] == 2 * module.PROMPTS
+    ppo = sweeps.check_trials(f"{FULL}:ppo", [best])[0].to_dict()
     steps = load_module(os.path.join(CONFIGS, "ppo_prm_steps_smollm2.py"))
 
     def changed(config):
@@ -158,7 +161,7 @@ def test_the_learned_reward_arms_are_the_best_ppo_with_one_reward_added():
         "rewards.process_model": steps.PROCESS_MODEL,
         "rewards.process_placement": "dense",
     }
-    # the process-reward sweep over it: its success-only arm is the methods table's PPO
+    # the process-reward sweep over it: its success-only arm is the ablation's BEST_PPO
     trials = sweeps.load_sweep(os.path.join(SWEEPS, "prm_refinement.py"))
     configs = sweeps.check_trials(f"{FULL}:ppo_prm", trials)
     assert _flatten(configs[0].to_dict()) == _flatten(ppo)
