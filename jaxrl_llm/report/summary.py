@@ -9,8 +9,9 @@ a new default must keep at least a third), the hacks a seed's last evaluation sh
 did not (a constant answer, a copied input number: `jaxrl_llm.evals.hacks`, from the answers
 `eval_questions.jsonl` keeps; "not kept" for older runs), the gain beyond chance (the gain in
 Cohen's kappa between answers and references, which a constant answer does not move:
-`jaxrl_llm.evals.agreement`; "not kept" where the records lack references), the mean wall time,
-and the CPU the runs recorded.
+`jaxrl_llm.evals.agreement`; "not kept" where the records lack references), the mean wall time
+(a lower bound, marked, where a seed's record counts only the process that finished it), and the
+CPU the runs recorded.
 
     rows = [summarize(group) for group in collect_groups(["runs/seeds/main_job"])]
     diffs = compare(rows, "GRPO")                  # [(label, Interval)] against GRPO's group
@@ -101,6 +102,8 @@ def summarize(group: Group, *, num_resamples: int = 4000) -> dict[str, Any]:
         "beyond_chance": beyond_chance,
         "steps": sorted({r.final_step for r in runs}),
         "wall_min": float(np.mean([r.summary.get("wall_time_s", np.nan) for r in runs])) / 60,
+        # a seed resumed from a checkpoint that did not keep its earlier processes' time
+        "wall_partial": any("wall_time_since_step" in r.summary for r in runs),
         "hosts": hosts,
         "curves": {s: [r.curve[s] for r in runs] for s in steps},
         "runs": runs,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -38,6 +39,11 @@ log = logging.getLogger(__name__)
 # steps, and the reason a hook ended the run, which a resumed run reads instead of training on.
 STREAK_KEY = "model_check_low_steps"
 ENDED_EARLY_KEY = "ended_early"
+# ... and the run's wall seconds up to the save, summed over the processes that ran it (each from
+# its restore on; a process's time after its last save is not counted, its steps being redone by
+# the next), which a resumed run adds its own to; None after a restore from a checkpoint that
+# did not keep it (the earlier processes' time unknown).
+WALL_TIME_KEY = "wall_time_at_save_s"
 
 
 class NonFiniteLossError(RuntimeError):
@@ -130,7 +136,11 @@ class CheckpointHook(Hook):
             tree, meta = restored
             run.load_state_tree(tree)
             run.meta.update(meta)
+            run.meta.setdefault(WALL_TIME_KEY, None)
             print(f"[jaxrl_llm] resumed from {self.checkpointer.directory} at step {meta['step']}")
+        else:
+            run.meta[WALL_TIME_KEY] = 0.0
+        self._earlier_wall_s, self._since = run.meta[WALL_TIME_KEY], time.monotonic()
         # steps logged after the restored one (or any, when none restored) are logged again
         run.writer.rewind(run.meta["step"] if restored is not None else -1)
         if self.num_steps is not None:
@@ -147,14 +157,19 @@ class CheckpointHook(Hook):
         if record.skip_save:
             return
         if record.step % self.every == 0 or record.last:
-            self.checkpointer.save(record.step, run.state_tree(), run.meta)
+            self._save(run, record.step)
 
     def on_error(self, run: RunContext, error: BaseException) -> None:
         """Keeps the last trained step: saves it unless it is already saved."""
         step = run.meta["step"]
         if step and step not in self.checkpointer.all_steps():
-            self.checkpointer.save(step, run.state_tree(), run.meta)
+            self._save(run, step)
             print(f"[jaxrl_llm] {type(error).__name__}: step {step} saved before stopping")
+
+    def _save(self, run: RunContext, step: int) -> None:
+        if self._earlier_wall_s is not None:
+            run.meta[WALL_TIME_KEY] = self._earlier_wall_s + time.monotonic() - self._since
+        self.checkpointer.save(step, run.state_tree(), run.meta)
 
     def close(self) -> None:
         """Waits for pending writes."""

@@ -35,7 +35,7 @@ from jaxrl_llm.rewards.user_loading import UserRewardFns
 from jaxrl_llm.runners.collectors import Collector
 from jaxrl_llm.runners.components import Roles, RunParts, build_parts, build_roles
 from jaxrl_llm.runners.episode_player import EpisodePlayer
-from jaxrl_llm.runners.hooks import ENDED_EARLY_KEY, Hook, default_hooks
+from jaxrl_llm.runners.hooks import ENDED_EARLY_KEY, WALL_TIME_KEY, Hook, default_hooks
 from jaxrl_llm.runners.lifecycle import StopSignal, check_resumable
 from jaxrl_llm.runners.online_async import AsyncSchedule
 from jaxrl_llm.runners.online_run import OnlineRun
@@ -138,6 +138,18 @@ def _first_step(config: ml_collections.ConfigDict, run: OnlineRun) -> int:
     return step
 
 
+def wall_time_summary(
+    earlier_wall_s: float | None, process_wall_s: float, resumed_step: int
+) -> dict[str, float]:
+    """The summary's wall time: this process's plus the earlier processes' of a resumed run
+    (`WALL_TIME_KEY` of the checkpoint it restored; 0 for a fresh run), or, when the checkpoint
+    did not keep it (None), this process's alone with "wall_time_since_step", the step it
+    resumed at (the report marks such a wall time a lower bound)."""
+    if earlier_wall_s is None:
+        return {"wall_time_s": process_wall_s, "wall_time_since_step": resumed_step}
+    return {"wall_time_s": earlier_wall_s + process_wall_s}
+
+
 def run_online(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -151,7 +163,9 @@ def run_online(
     `validate_stage`), resuming from `workdir`'s latest checkpoint if any.
 
     Writes `metrics.jsonl`, `samples.jsonl`, TensorBoard events, `checkpoints/` and, at the end,
-    `summary.json` (accuracy before and after, wall time) into `workdir`.
+    `summary.json` (accuracy before and after, wall time: "wall_time_s", summed over the processes
+    that ran a resumed run, or this process's with "wall_time_since_step" when the checkpoint it
+    resumed from did not keep the earlier time) into `workdir`.
 
     Args:
       config: a validated run config.
@@ -189,6 +203,8 @@ def run_online(
     try:
         for hook in hooks:
             hook.on_start(run)
+        # the wall time of the processes before this one (a restored run), None when unknown
+        earlier_wall_s, resumed_step = run.meta.get(WALL_TIME_KEY, 0.0), run.meta["step"]
         parts.batcher.restore(run.meta["data"])
         run.collector.start(run)
         run.pretrain_critic()  # value pretraining, when the algorithm asks for it
@@ -245,7 +261,8 @@ def run_online(
             "updates": actor.planned_updates,
             "unplanned_shapes": [list(map(list, s)) for s in actor.unplanned_shapes],
         }
-    run.summary["wall_time_s"] = time.time() - start_time
+    process_wall_s = time.time() - start_time
+    run.summary.update(wall_time_summary(earlier_wall_s, process_wall_s, resumed_step))
     with open(os.path.join(workdir, "summary.json"), "w") as f:
         json.dump(run.summary, f, indent=2)
     before, after = run.summary.get("eval_before"), run.summary.get("eval_after")
@@ -253,6 +270,6 @@ def run_online(
         print(
             f"[jaxrl_llm] held-out greedy accuracy: before {100 * before['accuracy']:.1f}% -> "
             f"after {100 * after['accuracy']:.1f}% ({len(run.eval_sets[0].examples)} prompts, "
-            f"{run.summary['wall_time_s'] / 60:.1f} min in this process)"
+            f"{process_wall_s / 60:.1f} min in this process)"
         )
     return run.summary

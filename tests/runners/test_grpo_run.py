@@ -1,5 +1,6 @@
 """The GRPO loop end to end on a tiny random model: resume after SIGKILL, non-finite guard, CLI."""
 
+import json
 import os
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from jaxrl_llm.algorithms import grpo
 from jaxrl_llm.metrics import read_metrics
 from jaxrl_llm.runners import NonFiniteLossError, is_process_dependent, train
+from jaxrl_llm.runners.hooks import WALL_TIME_KEY
 from jaxrl_llm.stages import load_config
 from tests.run_helpers import assert_same_steps, kill_at_step_then_resume, start_main
 
@@ -33,6 +35,17 @@ def test_sigkill_and_resume_reproduces_every_later_step(tmp_path):
     # checkpoint 2 is on disk before step 3 starts
     kill_at_step_then_resume(lambda: _main(tmp_path / "b"), tmp_path / "b", step=3)
     assert_same_steps(tmp_path / "b", tmp_path / "a", STEPS, rtol=1e-6)
+    # the checkpoints carry the wall time across the kill (the killed process's to its step-2 save)
+    wall_at = {step: _saved_meta(tmp_path / "b", step)[WALL_TIME_KEY] for step in (2, STEPS)}
+    with open(tmp_path / "b" / "summary.json") as f:
+        summary = json.load(f)
+    assert "wall_time_since_step" not in summary
+    assert summary["wall_time_s"] >= wall_at[STEPS] > wall_at[2] > 0
+
+
+def _saved_meta(workdir, step):
+    with open(workdir / "checkpoints" / str(step) / "metadata" / "metadata") as f:
+        return json.load(f)
 
 
 def test_unknown_config_key_lists_close_matches(tmp_path):

@@ -537,3 +537,22 @@ def test_choose_reads_the_selection_side(tmp_path, capsys):
     assert "Chosen: optimizer.learning_rate=3e-05." in out
     assert report.main([str(tmp_path / "s"), "--side", "selection", "--resamples", "50"]) == 0
     assert "Side: selection: the questions settings are chosen by" in capsys.readouterr().out
+
+
+def test_a_seed_resumed_without_its_earlier_time_marks_the_wall_a_lower_bound(tmp_path):
+    for seed in range(3):
+        make_run(tmp_path / "whole" / f"s{seed}", seed=seed)
+        make_run(tmp_path / "resumed" / f"s{seed}", seed=seed, lr=1e-5)
+    with open(tmp_path / "resumed" / "s1" / "summary.json") as f:
+        summary = json.load(f)
+    with open(tmp_path / "resumed" / "s1" / "summary.json", "w") as f:
+        json.dump({**summary, "wall_time_since_step": 10}, f)
+    rows = {
+        g.label: report.summarize(g, num_resamples=200)
+        for g in report.collect_groups([str(tmp_path / "whole"), str(tmp_path / "resumed")])
+    }
+    whole, resumed = rows["optimizer.learning_rate=3e-05"], rows["optimizer.learning_rate=1e-05"]
+    assert not whole["wall_partial"] and resumed["wall_partial"]
+    assert report.markdown([whole]).count("≥") == 0
+    text = report.markdown([whole, resumed])
+    assert "| ≥ 10.0 |" in text and "Wall ≥: a seed of the group resumed" in text
