@@ -152,7 +152,7 @@ def row_cells(row: Mapping[str, Any]) -> list[str]:
         "not kept" if row["beyond_chance"] is None else difference_cell(row["beyond_chance"].gain),
         "not kept" if row["cut_share"] is None else f"{100 * row['cut_share']:.1f}%",
         ",".join(map(str, row["steps"])),
-        ("≥ " if row.get("wall_partial") else "") + f"{row['wall_min']:.1f}",
+        ("≥ " if row["wall_partial"] else "") + f"{row['wall_min']:.1f}",
         "; ".join(row["hosts"]),
     ]
 
@@ -188,7 +188,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, command: str = "") -> str:
     ]
     if any(not r["per_question"] for r in rows):
         notes.append("Rows without per-question results resample seeds only.")
-    if any(r.get("wall_partial") for r in rows):
+    if any(r["wall_partial"] for r in rows):
         notes.append(
             "Wall ≥: a seed of the group resumed from a checkpoint that did not keep the "
             "earlier processes' time, so its record counts only the process that finished it."
